@@ -1,0 +1,22 @@
+import { assert } from '@japa/assert'
+import { fileSystem } from '@japa/file-system'
+import { expectTypeOf } from '@japa/expect-type'
+import { configure, processCLIArgs, run } from '@japa/runner'
+
+/**
+ * Japa entry point. TEST_DB=pg runs the database suites on PostgreSQL instead of the
+ * embedded SQLite default.
+ */
+processCLIArgs(process.argv.splice(2))
+configure({
+  files: ['tests/**/*.spec.ts'],
+  plugins: [
+    assert(),
+    fileSystem({ basePath: new URL('../tests/tmp/', import.meta.url) }),
+    expectTypeOf(),
+  ],
+  timeout: 30_000,
+  forceExit: true,
+})
+
+run()

@@ -1,0 +1,133 @@
+import { z } from 'zod'
+import { currencySchema, positiveAmountSchema, uuidSchema, WEBHOOK_EVENT_TYPES } from './common.ts'
+
+/** Fields every execute flow accepts (spec, Execute request body). */
+const executeCommon = {
+  fromCurrency: currencySchema,
+  toCurrency: currencySchema,
+  amount: positiveAmountSchema,
+  recipientId: uuidSchema,
+  targetAmount: positiveAmountSchema.optional(),
+  recipientPaymentMethodId: uuidSchema.optional(),
+  routeProtocol: z.string().startsWith('rt_').optional(),
+  paymentPurpose: z.string().max(255).optional(),
+  reference: z.string().max(255).optional(),
+  supportingDocumentKey: z.string().max(1024).optional(),
+}
+
+export const fiatToFiatExecuteSchema = z.object({
+  ...executeCommon,
+  userPaymentMethodId: uuidSchema,
+})
+
+export const stablecoinToFiatExecuteSchema = z.object({
+  ...executeCommon,
+  walletAddress: z.string().min(10).max(128),
+})
+
+export const onrampExecuteSchema = z.object({
+  ...executeCommon,
+  userPaymentMethodId: uuidSchema,
+})
+
+export const executeSchemaByFlow = {
+  fiat_to_fiat: fiatToFiatExecuteSchema,
+  stablecoin_to_fiat: stablecoinToFiatExecuteSchema,
+  onramp: onrampExecuteSchema,
+} as const
+
+export type FiatToFiatExecuteBody = z.infer<typeof fiatToFiatExecuteSchema>
+export type StablecoinToFiatExecuteBody = z.infer<typeof stablecoinToFiatExecuteSchema>
+export type OnrampExecuteBody = z.infer<typeof onrampExecuteSchema>
+export type ExecuteBody = FiatToFiatExecuteBody | StablecoinToFiatExecuteBody | OnrampExecuteBody
+
+/** Execute-batch body (spec gap: shape not shown; `{ items: [...] }` chosen). */
+export const executeBatchSchema = z.object({
+  items: z.array(z.record(z.string(), z.unknown())).min(1).max(100),
+})
+
+export const confirmEscrowDepositSchema = z.object({
+  quoteId: uuidSchema,
+  txHash: z.string().regex(/^0x[0-9a-fA-F]{64}$/, 'must be a 0x-prefixed 32-byte hex hash'),
+})
+export type ConfirmEscrowDepositBody = z.infer<typeof confirmEscrowDepositSchema>
+
+export const fiatToStablecoinQuoteQuerySchema = z.object({
+  fromCurrency: currencySchema,
+  toCurrency: currencySchema,
+  amount: positiveAmountSchema,
+})
+
+export const onrampQuoteQuerySchema = z.object({
+  sourceCurrency: currencySchema,
+  amount: positiveAmountSchema,
+  payoutCurrency: currencySchema.optional(),
+})
+
+/** A payment method attached to a recipient (spec gap: fields not shown). */
+export const paymentMethodInputSchema = z.object({
+  type: z.enum(['bank_account', 'mobile_money', 'wallet']).default('bank_account'),
+  currency: currencySchema,
+  rail: z.string().max(64).optional(),
+  details: z.record(z.string(), z.string().max(255)).optional(),
+})
+
+/** Recipient create body (spec gap: fields not shown beyond the id). */
+export const recipientCreateSchema = z.object({
+  name: z.string().min(1).max(255),
+  email: z.email().max(255).optional(),
+  country: z.string().length(2).optional(),
+  currency: currencySchema.optional(),
+  type: z.enum(['individual', 'business']).default('individual'),
+  paymentMethods: z.array(paymentMethodInputSchema).max(10).optional(),
+  metadata: z.record(z.string(), z.string().max(500)).optional(),
+})
+export type RecipientCreateBody = z.input<typeof recipientCreateSchema>
+
+export const recipientUpdateSchema = recipientCreateSchema.partial()
+export type RecipientUpdateBody = z.input<typeof recipientUpdateSchema>
+
+export const recipientBulkCreateSchema = z.object({
+  recipients: z.array(recipientCreateSchema).min(1).max(100),
+})
+
+/**
+ * Webhook subscription URLs must be https. `allowInsecureLoopback` is the emulator's
+ * development switch for http://127.0.0.1 and localhost.
+ */
+export function webhookUrlSchema(allowInsecureLoopback = false) {
+  return z.url().refine(
+    (value) => {
+      const url = new URL(value)
+      if (url.protocol === 'https:') return true
+      return (
+        allowInsecureLoopback &&
+        url.protocol === 'http:' &&
+        ['127.0.0.1', 'localhost', '[::1]'].includes(url.hostname)
+      )
+    },
+    { message: 'must be an https URL' }
+  )
+}
+
+export function webhookSubscriptionCreateSchema(allowInsecureLoopback = false) {
+  return z.object({
+    url: webhookUrlSchema(allowInsecureLoopback),
+    events: z.array(z.enum(WEBHOOK_EVENT_TYPES)).min(1),
+    label: z.string().max(255).optional(),
+  })
+}
+export type WebhookSubscriptionCreateBody = {
+  url: string
+  events: Array<(typeof WEBHOOK_EVENT_TYPES)[number]>
+  label?: string
+}
+
+export function webhookSubscriptionUpdateSchema(allowInsecureLoopback = false) {
+  return webhookSubscriptionCreateSchema(allowInsecureLoopback)
+    .partial()
+    .extend({ active: z.boolean().optional() })
+}
+export type WebhookSubscriptionUpdateBody = Partial<WebhookSubscriptionCreateBody> & {
+  active?: boolean
+}
