@@ -1,0 +1,64 @@
+import { z } from 'zod'
+import { API_KEY_PATTERN } from './schemas/common.ts'
+import { E_INVALID_PAYOUTS_CONFIG } from './errors.ts'
+
+const retrySchema = z
+  .object({
+    maxRetries: z.number().int().min(0).max(10).default(5),
+    baseDelayMs: z.number().int().min(0).default(1000),
+    jitter: z.number().min(0).max(1).default(0.2),
+  })
+  .default({ maxRetries: 5, baseDelayMs: 1000, jitter: 0.2 })
+
+/** The shape `config/payouts.ts` is validated against at boot. */
+export const payoutsConfigSchema = z.object({
+  apiKey: z
+    .string()
+    .regex(API_KEY_PATTERN, 'must be sk_live_ or sk_test_ followed by 43 characters'),
+  baseUrl: z.url(),
+  environment: z.enum(['sandbox', 'production']).optional(),
+  timeoutMs: z.number().int().positive().default(30_000),
+  retry: retrySchema,
+  clientRateLimiter: z.boolean().default(true),
+  paths: z.record(z.string(), z.string()).optional(),
+  webhook: z
+    .object({
+      path: z.string().startsWith('/').default('/webhooks/payouts'),
+      secret: z.string().startsWith('whsec_').optional(),
+      previousSecret: z.string().startsWith('whsec_').optional(),
+      previousSecretValidUntil: z.iso.datetime({ offset: true }).optional(),
+      toleranceSeconds: z.number().int().positive().max(3600).default(300),
+      maxBodyBytes: z
+        .number()
+        .int()
+        .positive()
+        .default(256 * 1024),
+    })
+    .default({ path: '/webhooks/payouts', toleranceSeconds: 300, maxBodyBytes: 256 * 1024 }),
+  ledger: z
+    .object({
+      enabled: z.boolean().default(true),
+      connection: z.string().optional(),
+      tablePrefix: z
+        .string()
+        .regex(/^[a-z0-9_]*$/)
+        .default('svc_'),
+    })
+    .default({ enabled: true, tablePrefix: 'svc_' }),
+})
+
+export type PayoutsConfigInput = z.input<typeof payoutsConfigSchema>
+export type PayoutsConfig = z.output<typeof payoutsConfigSchema>
+
+/**
+ * Defines the plugin's config. Validation happens here, so a wrong value fails at boot
+ * with the offending key named (never its value: it may be a secret).
+ */
+export function defineConfig(config: PayoutsConfigInput): PayoutsConfig {
+  const result = payoutsConfigSchema.safeParse(config)
+  if (!result.success) {
+    const issue = result.error.issues[0]
+    throw new E_INVALID_PAYOUTS_CONFIG([`${issue.path.join('.') || '(root)'} ${issue.message}`])
+  }
+  return result.data
+}

@@ -1,0 +1,20 @@
+import { createError } from '@adonisjs/core/exceptions'
+
+/**
+ * Errors raised by the AdonisJS side of the plugin. API errors live in
+ * `src/client/errors.ts` so that the client stays framework-free.
+ */
+
+/** The `config/payouts.ts` file holds a value that fails validation. */
+export const E_INVALID_PAYOUTS_CONFIG = createError<[string]>(
+  'Invalid payouts config: %s',
+  'E_INVALID_PAYOUTS_CONFIG',
+  500
+)
+
+/** A feature was used while switched off in the config (ledger, transmit, websocket). */
+export const E_PAYOUTS_FEATURE_DISABLED = createError<[string]>(
+  'The payouts "%s" feature is disabled in config/payouts.ts',
+  'E_PAYOUTS_FEATURE_DISABLED',
+  500
+)

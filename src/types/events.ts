@@ -1,0 +1,52 @@
+import type { PayoutStatus, PayoutStep } from '../schemas/common.ts'
+
+/** Where an observation of a payout came from. */
+export type ObservationSource = 'execute' | 'webhook' | 'websocket' | 'poll' | 'recovery'
+
+/**
+ * Payload of every payout app event. Public fields only: banking instructions, payment
+ * URLs and secrets never leave the ledger through events or broadcasts.
+ */
+export interface PayoutChangedEvent {
+  payoutId: string
+  readId: string | null
+  ownerId: string | null
+  flow: string | null
+  status: PayoutStatus
+  step: PayoutStep | null
+  previousStatus: PayoutStatus | null
+  previousStep: PayoutStep | null
+  source: ObservationSource
+  payoutAmount: string | null
+  payoutCurrency: string | null
+  completedAt: string | null
+  changedAt: string
+}
+
+/** Payload of the escrow events. */
+export interface EscrowEvent {
+  quoteId: string
+  payoutId: string | null
+  txHash: string | null
+  error?: string
+}
+
+/** Payload of payouts:stuck, raised by reconciliation past the SLA. */
+export interface PayoutStuckEvent {
+  payoutId: string
+  status: PayoutStatus
+  step: PayoutStep | null
+  since: string
+}
+
+/** The plugin's entries of the AdonisJS `EventsList`. */
+export interface PayoutsEventsList {
+  'payouts:created': PayoutChangedEvent
+  'payouts:status_updated': PayoutChangedEvent
+  'payouts:completed': PayoutChangedEvent
+  'payouts:failed': PayoutChangedEvent
+  'payouts:cancelled': PayoutChangedEvent
+  'payouts:escrow_confirmed': EscrowEvent
+  'payouts:escrow_confirmation_failed': EscrowEvent
+  'payouts:stuck': PayoutStuckEvent
+}

@@ -1,0 +1,15 @@
+/** Public types of the plugin, importable from `@svc/adonis-payouts/types`. */
+export type { PayoutsConfig, PayoutsConfigInput } from '../define_config.ts'
+export type * from '../schemas/resources.ts'
+export type {
+  ExecuteBody,
+  FiatToFiatExecuteBody,
+  StablecoinToFiatExecuteBody,
+  OnrampExecuteBody,
+  ConfirmEscrowDepositBody,
+  RecipientCreateBody,
+  RecipientUpdateBody,
+  WebhookSubscriptionCreateBody,
+  WebhookSubscriptionUpdateBody,
+} from '../schemas/requests.ts'
+export type { PayoutStatus, PayoutStep, ExecuteFlow, WebhookEventType } from '../schemas/common.ts'

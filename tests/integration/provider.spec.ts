@@ -1,0 +1,62 @@
+import { test } from '@japa/runner'
+import { inject } from '@adonisjs/core'
+import { PayoutsService } from '../../src/service/payouts_service.ts'
+import { PayoutsClient } from '../../src/client/main.ts'
+import { defineConfig } from '../../src/define_config.ts'
+import { createApp, TEST_API_KEY } from '../helpers/app.ts'
+
+test.group('Provider | container bindings', () => {
+  test('resolves the service from the container, by alias and by class', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await createApp({}, cleanup)
+    const byAlias = await app.container.make('payouts.manager')
+    const byClass = await app.container.make(PayoutsService)
+    assert.instanceOf(byAlias, PayoutsService)
+    assert.strictEqual(byAlias, byClass)
+    assert.instanceOf(byAlias.client, PayoutsClient)
+    assert.equal(byAlias.client.environment, 'sandbox')
+  })
+
+  test('services/main exports the same singleton once the app is booted', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await createApp({}, cleanup)
+    const { default: payouts } = await import('../../services/main.ts')
+    assert.strictEqual(payouts, await app.container.make('payouts.manager'))
+  })
+
+  test('injects the service into a host class with @inject()', async ({ assert, cleanup }) => {
+    const app = await createApp({}, cleanup)
+
+    @inject()
+    class PayoutsController {
+      constructor(public payouts: PayoutsService) {}
+    }
+
+    const controller = await app.container.make(PayoutsController)
+    assert.strictEqual(controller.payouts, await app.container.make('payouts.manager'))
+  })
+
+  test('a wrong config value fails at resolution with the key named and the value hidden', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await createApp({ timeoutMs: -5 }, cleanup)
+    await assert.rejects(() => app.container.make('payouts.manager'), /timeoutMs/)
+    const bad = { apiKey: 'sk_test_short', baseUrl: 'http://127.0.0.1' }
+    assert.throws(() => defineConfig(bad), /apiKey must be sk_live_ or sk_test_/)
+    assert.throws(() => defineConfig(bad), /^(?![\s\S]*sk_test_short)/)
+  })
+
+  test('shutdown closes the client and drops it', async ({ assert, cleanup }) => {
+    const app = await createApp({}, cleanup)
+    const payouts = await app.container.make('payouts.manager')
+    const client = payouts.client
+    await app.terminate()
+    assert.notStrictEqual(payouts.client, client)
+    assert.equal(defineConfig({ apiKey: TEST_API_KEY, baseUrl: 'http://x.test' }).timeoutMs, 30000)
+  })
+})
