@@ -1,0 +1,112 @@
+import type { Logger } from '@adonisjs/core/logger'
+import { eventEnvelopeSchema, type EventEnvelope } from '../schemas/events.ts'
+import type { InboxRow, InboxStore } from './inbox_store.ts'
+
+/** Applies one stored event; throwing leaves the row to be retried. */
+export type InboxHandler = (envelope: EventEnvelope, row: InboxRow) => Promise<string | void>
+
+export interface InboxProcessorOptions {
+  store: Pick<InboxStore, 'claimDue' | 'markProcessed' | 'markFailed'>
+  handler: InboxHandler
+  logger: Logger
+  /** Attempts before a row is dead-lettered. */
+  maxAttempts?: number
+  /** First backoff; doubles per attempt. */
+  baseBackoffMs?: number
+  /** How long a claimed row is held before another process may take it over. */
+  leaseMs?: number
+  batchSize?: number
+  now?: () => Date
+}
+
+/**
+ * Drains the inbox after acknowledgements: claims due rows, parses them, hands them to
+ * the handler. Failures back off exponentially and end in the dead-letter state, where
+ * `payouts:replay` finds them. Unknown event types are kept and marked processed.
+ */
+export class InboxProcessor {
+  #running?: Promise<number>
+  #again = false
+  #options: Required<Omit<InboxProcessorOptions, 'now'>> & { now: () => Date }
+
+  constructor(options: InboxProcessorOptions) {
+    this.#options = {
+      maxAttempts: 8,
+      baseBackoffMs: 1000,
+      leaseMs: 60_000,
+      batchSize: 100,
+      now: () => new Date(),
+      ...options,
+    }
+  }
+
+  /** Starts a drain unless one is running; a kick during a drain runs one more pass. */
+  kick(): void {
+    if (this.#running) {
+      this.#again = true
+      return
+    }
+    this.#running = this.drain().finally(() => {
+      this.#running = undefined
+      if (this.#again) {
+        this.#again = false
+        this.kick()
+      }
+    })
+    this.#running.catch((error) =>
+      this.#options.logger.error({ err: error }, 'payouts inbox drain failed')
+    )
+  }
+
+  /** Waits for the drain in progress, if any (tests, shutdown). */
+  async idle(): Promise<void> {
+    while (this.#running) await this.#running.catch(() => {})
+  }
+
+  /** Processes every due row; returns how many were handled. */
+  async drain(): Promise<number> {
+    let handled = 0
+    for (;;) {
+      const rows = await this.#options.store.claimDue(
+        this.#options.now(),
+        this.#options.batchSize,
+        this.#options.leaseMs
+      )
+      if (rows.length === 0) return handled
+      for (const row of rows) {
+        await this.#process(row)
+        handled++
+      }
+    }
+  }
+
+  async #process(row: InboxRow) {
+    const { store, logger } = this.#options
+    let envelope: EventEnvelope
+    try {
+      envelope = eventEnvelopeSchema.parse(JSON.parse(row.rawBody.toString('utf8')))
+    } catch {
+      // Authentic (it was verified) but unusable: keep it, never retry it.
+      logger.warn({ deliveryId: row.deliveryId }, 'payouts inbox: unparsable event kept')
+      await store.markFailed(row.id, 'unparsable event body', null)
+      return
+    }
+    try {
+      const note = await this.#options.handler(envelope, row)
+      await store.markProcessed(row.id, note ?? null)
+    } catch (error) {
+      const message = (error as Error).message ?? String(error)
+      const retryAt =
+        row.attempts >= this.#options.maxAttempts
+          ? null
+          : new Date(
+              this.#options.now().getTime() + this.#options.baseBackoffMs * 2 ** (row.attempts - 1)
+            )
+      logger.warn(
+        { deliveryId: row.deliveryId, attempts: row.attempts, dead: retryAt === null },
+        'payouts inbox: event processing failed'
+      )
+      await store.markFailed(row.id, message, retryAt)
+    }
+  }
+}
