@@ -1,3 +1,4 @@
+import { readFile } from 'node:fs/promises'
 import type Configure from '@adonisjs/core/commands/configure'
 import { stubsRoot } from './stubs/main.ts'
 
@@ -15,7 +16,7 @@ export async function configure(command: Configure) {
       default: SANDBOX_DEFAULT_URL,
     })
   }
-  if (!URL.canParse(baseUrl)) {
+  if (!baseUrl || !URL.canParse(baseUrl)) {
     command.logger.error(`"${baseUrl}" is not a valid URL`)
     command.exitCode = 1
     return
@@ -27,11 +28,16 @@ export async function configure(command: Configure) {
     rcFile.addProvider('@svc/adonis-payouts/payouts_provider')
     rcFile.addCommand('@svc/adonis-payouts/commands')
   })
-  await codemods.defineEnvVariables({
-    PAYOUTS_API_KEY: '',
-    PAYOUTS_BASE_URL: baseUrl,
-    PAYOUTS_WEBHOOK_SECRET: '',
-  })
+  // Only the variables .env lacks: a second run must not rewrite the file.
+  const envFile = await readFile(command.app.makePath('.env'), 'utf8').catch(() => '')
+  const variables = Object.fromEntries(
+    Object.entries({
+      PAYOUTS_API_KEY: '',
+      PAYOUTS_BASE_URL: baseUrl,
+      PAYOUTS_WEBHOOK_SECRET: '',
+    }).filter(([name]) => !new RegExp(`^${name}=`, 'm').test(envFile))
+  )
+  if (Object.keys(variables).length > 0) await codemods.defineEnvVariables(variables)
   await codemods.defineEnvValidations({
     leadingComment: 'Variables for configuring @svc/adonis-payouts',
     variables: {

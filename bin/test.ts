@@ -1,3 +1,4 @@
+import 'reflect-metadata'
 import { assert } from '@japa/assert'
 import { fileSystem } from '@japa/file-system'
 import { expectTypeOf } from '@japa/expect-type'

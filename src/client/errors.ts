@@ -1,0 +1,192 @@
+import type { ErrorBody } from '../schemas/resources.ts'
+
+/** Everything the client throws extends this, so one `instanceof` catches it all. */
+export class PayoutsError extends Error {
+  override name = 'PayoutsError'
+}
+
+/** A request failed client-side validation; nothing was sent. `field` names the input. */
+export class PayoutsValidationError extends PayoutsError {
+  override name = 'PayoutsValidationError'
+  readonly code = 'E_VALIDATION'
+  constructor(
+    readonly field: string,
+    message: string
+  ) {
+    super(`${field ? `${field}: ` : ''}${message}`)
+  }
+}
+
+/** The client was constructed with a bad key, URL or environment. */
+export class PayoutsConfigError extends PayoutsError {
+  override name = 'PayoutsConfigError'
+  readonly code = 'E_CONFIG'
+}
+
+export interface ApiErrorInit {
+  status: number
+  code?: string
+  message?: string
+  details?: Record<string, unknown>
+  retryAfter?: number | null
+  outcomeUnknown?: boolean
+  cause?: unknown
+}
+
+/**
+ * An error answered by the service (or the network on the way to it). `code` is the
+ * service's code when the body has one, otherwise derived from the status (see
+ * `codeForStatus`); `outcomeUnknown` says the request may have taken effect.
+ */
+export class PayoutsApiError extends PayoutsError {
+  override name = 'PayoutsApiError'
+  readonly status: number
+  readonly code: string
+  readonly details?: Record<string, unknown>
+  readonly retryAfter: number | null
+  readonly outcomeUnknown: boolean
+
+  constructor(init: ApiErrorInit) {
+    super(init.message ?? `Payout Service answered ${init.status}`, { cause: init.cause })
+    this.status = init.status
+    this.code = init.code ?? codeForStatus(init.status)
+    this.details = init.details
+    this.retryAfter = init.retryAfter ?? null
+    this.outcomeUnknown = init.outcomeUnknown ?? false
+  }
+
+  toJSON() {
+    return {
+      name: this.name,
+      status: this.status,
+      code: this.code,
+      message: this.message,
+      details: this.details,
+      retryAfter: this.retryAfter,
+      outcomeUnknown: this.outcomeUnknown,
+    }
+  }
+}
+
+/** Codes used when a body carries none (spec gap: 404 and 422 codes are not shown). */
+export function codeForStatus(status: number): string {
+  if (status === 0) return 'NETWORK_ERROR'
+  if (status === 400) return 'INVALID_PARAMETER'
+  if (status === 401) return 'UNAUTHORIZED'
+  if (status === 403) return 'FORBIDDEN'
+  if (status === 404) return 'NOT_FOUND'
+  if (status === 409) return 'CONFLICT'
+  if (status === 413) return 'PAYLOAD_TOO_LARGE'
+  if (status === 422) return 'BUSINESS_RULE_VIOLATION'
+  if (status === 429) return 'RATE_LIMITED'
+  if (status >= 500) return 'SERVER_ERROR'
+  return `HTTP_${status}`
+}
+
+export class InvalidJsonError extends PayoutsApiError {
+  override name = 'InvalidJsonError'
+}
+export class InvalidParameterError extends PayoutsApiError {
+  override name = 'InvalidParameterError'
+}
+export class UnauthorizedError extends PayoutsApiError {
+  override name = 'UnauthorizedError'
+}
+export class ForbiddenError extends PayoutsApiError {
+  override name = 'ForbiddenError'
+}
+/** 403 `environment_scope mismatch`: a sk_test_ key on production or the reverse. */
+export class WrongEnvironmentError extends PayoutsApiError {
+  override name = 'WrongEnvironmentError'
+}
+export class NotFoundError extends PayoutsApiError {
+  override name = 'NotFoundError'
+}
+export class IdempotencyKeyReusedError extends PayoutsApiError {
+  override name = 'IdempotencyKeyReusedError'
+}
+export class IdempotencyRequestInFlightError extends PayoutsApiError {
+  override name = 'IdempotencyRequestInFlightError'
+}
+export class MaxActiveSubscriptionsExceededError extends PayoutsApiError {
+  override name = 'MaxActiveSubscriptionsExceededError'
+}
+/** 422: validation passed but a business rule (e.g. amount bounds) rejected it. */
+export class BusinessRuleError extends PayoutsApiError {
+  override name = 'BusinessRuleError'
+}
+export class RateLimitedError extends PayoutsApiError {
+  override name = 'RateLimitedError'
+}
+/** The single 500 of confirm-escrow-deposit: a persistent failure, never blind-retried. */
+export class EscrowConfirmationFailedError extends PayoutsApiError {
+  override name = 'EscrowConfirmationFailedError'
+}
+export class ServerError extends PayoutsApiError {
+  override name = 'ServerError'
+}
+/** No HTTP answer: connection refused, reset, DNS. */
+export class PayoutsNetworkError extends PayoutsApiError {
+  override name = 'PayoutsNetworkError'
+}
+/** No answer within the timeout; the request may have been processed. */
+export class PayoutsTimeoutError extends PayoutsApiError {
+  override name = 'PayoutsTimeoutError'
+}
+/** The caller aborted through its AbortSignal. */
+export class PayoutsAbortedError extends PayoutsApiError {
+  override name = 'PayoutsAbortedError'
+}
+/** A 2xx whose body is not the documented shape (or not JSON). */
+export class PayoutsResponseError extends PayoutsApiError {
+  override name = 'PayoutsResponseError'
+}
+
+const BY_CODE: Record<string, typeof PayoutsApiError> = {
+  INVALID_JSON: InvalidJsonError,
+  INVALID_PARAMETER: InvalidParameterError,
+  UNAUTHORIZED: UnauthorizedError,
+  FORBIDDEN: ForbiddenError,
+  NOT_FOUND: NotFoundError,
+  IDEMPOTENCY_KEY_REUSED: IdempotencyKeyReusedError,
+  IDEMPOTENCY_REQUEST_IN_FLIGHT: IdempotencyRequestInFlightError,
+  MAX_ACTIVE_SUBSCRIPTIONS_EXCEEDED: MaxActiveSubscriptionsExceededError,
+  RATE_LIMITED: RateLimitedError,
+}
+
+/** Maps an HTTP error answer to its typed error. All three body shapes of the spec parse. */
+export function errorFromResponse(
+  status: number,
+  body: ErrorBody | null,
+  retryAfter: number | null,
+  context: { escrowConfirm?: boolean } = {}
+): PayoutsApiError {
+  const message = body?.error ?? `Payout Service answered ${status}`
+  const init: ApiErrorInit = {
+    status,
+    code: body?.code,
+    message,
+    details: body?.details,
+    retryAfter,
+  }
+  if (status === 403 && /environment_scope mismatch/i.test(message)) {
+    return new WrongEnvironmentError({ ...init, code: body?.code ?? 'ENVIRONMENT_SCOPE_MISMATCH' })
+  }
+  if (
+    status === 500 &&
+    context.escrowConfirm &&
+    /escrow deposit confirmation failed/i.test(message)
+  ) {
+    return new EscrowConfirmationFailedError({ ...init, code: 'ESCROW_CONFIRMATION_FAILED' })
+  }
+  const byCode = body?.code ? BY_CODE[body.code] : undefined
+  if (byCode) return new byCode(init)
+  if (status === 400) return new InvalidParameterError(init)
+  if (status === 401) return new UnauthorizedError(init)
+  if (status === 403) return new ForbiddenError(init)
+  if (status === 404) return new NotFoundError(init)
+  if (status === 422) return new BusinessRuleError(init)
+  if (status === 429) return new RateLimitedError(init)
+  if (status >= 500) return new ServerError({ ...init, outcomeUnknown: true })
+  return new PayoutsApiError(init)
+}

@@ -1,0 +1,57 @@
+/** A documented rate-limit family: sustained rate per minute and burst. */
+export interface BucketSpec {
+  perMinute: number
+  burst: number
+}
+
+/** The families of the spec's Limits table. */
+export const DEFAULT_BUCKETS = {
+  default: { perMinute: 60, burst: 20 },
+  quotes: { perMinute: 120, burst: 40 },
+  execute: { perMinute: 30, burst: 10 },
+  replay: { perMinute: 5, burst: 5 },
+} satisfies Record<string, BucketSpec>
+
+export type RateFamily = keyof typeof DEFAULT_BUCKETS
+
+/**
+ * Client-side token buckets mirroring the service's families, so a burst from this
+ * process waits locally instead of earning 429s. Waiters are served in order.
+ */
+export class RateLimiter {
+  #buckets = new Map<RateFamily, { tokens: number; updatedAt: number; spec: BucketSpec }>()
+  #queue: Promise<void> = Promise.resolve()
+
+  constructor(
+    specs: Partial<Record<RateFamily, BucketSpec>> = {},
+    private now: () => number = Date.now,
+    private sleep: (ms: number) => Promise<void> = (ms) =>
+      new Promise((resolve) => setTimeout(resolve, ms))
+  ) {
+    for (const [family, spec] of Object.entries({ ...DEFAULT_BUCKETS, ...specs })) {
+      this.#buckets.set(family as RateFamily, { tokens: spec.burst, updatedAt: now(), spec })
+    }
+  }
+
+  /** Takes one token of the family, waiting for a refill when the bucket is empty. */
+  acquire(family: RateFamily): Promise<void> {
+    const turn = this.#queue.then(() => this.#take(family))
+    this.#queue = turn.catch(() => {})
+    return turn
+  }
+
+  async #take(family: RateFamily) {
+    const bucket = this.#buckets.get(family)!
+    for (;;) {
+      const now = this.now()
+      const refill = ((now - bucket.updatedAt) / 60_000) * bucket.spec.perMinute
+      bucket.tokens = Math.min(bucket.spec.burst, bucket.tokens + refill)
+      bucket.updatedAt = now
+      if (bucket.tokens >= 1) {
+        bucket.tokens -= 1
+        return
+      }
+      await this.sleep(Math.ceil(((1 - bucket.tokens) * 60_000) / bucket.spec.perMinute))
+    }
+  }
+}
