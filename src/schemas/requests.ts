@@ -72,19 +72,25 @@ export const paymentMethodInputSchema = z.object({
   details: z.record(z.string(), z.string().max(255)).optional(),
 })
 
-/** Recipient create body (spec gap: fields not shown beyond the id). */
-export const recipientCreateSchema = z.object({
+const recipientFields = {
   name: z.string().min(1).max(255),
   email: z.email().max(255).optional(),
   country: z.string().length(2).optional(),
   currency: currencySchema.optional(),
-  type: z.enum(['individual', 'business']).default('individual'),
   paymentMethods: z.array(paymentMethodInputSchema).max(10).optional(),
   metadata: z.record(z.string(), z.string().max(500)).optional(),
+}
+const recipientType = z.enum(['individual', 'business'])
+
+/** Recipient create body (spec gap: fields not shown beyond the id). */
+export const recipientCreateSchema = z.object({
+  ...recipientFields,
+  type: recipientType.default('individual'),
 })
 export type RecipientCreateBody = z.input<typeof recipientCreateSchema>
 
-export const recipientUpdateSchema = recipientCreateSchema.partial()
+/** Update carries only what changes: no defaults, so nothing is overwritten by accident. */
+export const recipientUpdateSchema = z.object({ ...recipientFields, type: recipientType }).partial()
 export type RecipientUpdateBody = z.input<typeof recipientUpdateSchema>
 
 export const recipientBulkCreateSchema = z.object({
