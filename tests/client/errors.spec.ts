@@ -294,7 +294,7 @@ test.group('Client | validation before sending', () => {
       ],
     ]
     for (const [promise, field] of attempts) {
-      const error = await promise.catch((e) => e)
+      const error = (await promise.catch((e) => e)) as PayoutsValidationError
       assert.instanceOf(error, PayoutsValidationError)
       assert.equal(error.field, field)
     }
@@ -354,13 +354,13 @@ test.group('Client | API key', () => {
     const secret = KEY.slice('sk_test_'.length)
     for (const surface of surfaces) assert.notInclude(String(surface), secret)
     const badKey = `sk_test_${'s'.repeat(42)}`
-    const configError = (() => {
-      try {
-        return new PayoutsClient({ apiKey: badKey, baseUrl: 'http://x.test' })
-      } catch (e) {
-        return e as Error
-      }
-    })() as Error
-    assert.notInclude(configError.message + inspect(configError), badKey)
+    let configError: unknown
+    try {
+      new PayoutsClient({ apiKey: badKey, baseUrl: 'http://x.test' })
+    } catch (e) {
+      configError = e
+    }
+    assert.instanceOf(configError, PayoutsConfigError)
+    assert.notInclude(String(configError) + inspect(configError), badKey)
   })
 })

@@ -1,0 +1,38 @@
+#!/usr/bin/env node
+import { parseArgs } from 'node:util'
+import { PayoutsEmulator } from '../src/emulator/main.ts'
+
+/**
+ * `svc-payouts-emulator [--port 4010] [--host 127.0.0.1] [--scale 1] [--step-ms 2000]`:
+ * runs the emulator until SIGINT or SIGTERM.
+ */
+const { values } = parseArgs({
+  options: {
+    'port': { type: 'string', default: process.env.PAYOUTS_EMULATOR_PORT ?? '4010' },
+    'host': { type: 'string', default: process.env.PAYOUTS_EMULATOR_HOST ?? '127.0.0.1' },
+    'scale': { type: 'string', default: '1' },
+    'step-ms': { type: 'string', default: '2000' },
+    'api-key': { type: 'string', default: process.env.PAYOUTS_EMULATOR_API_KEY },
+  },
+})
+
+const scale = Number(values.scale)
+const emulator = await PayoutsEmulator.start({
+  port: Number(values.port),
+  host: values.host,
+  clock: scale === 1 ? { mode: 'real' } : { mode: 'scaled', scale },
+  stepIntervalMs: Number(values['step-ms']),
+  apiKey: values['api-key'],
+})
+console.log(`Payouts emulator listening on ${emulator.baseUrl}`)
+console.log(`API key: ${emulator.apiKey}`)
+
+let stopping = false
+async function stop() {
+  if (stopping) return
+  stopping = true
+  await emulator.close()
+  process.exit(0)
+}
+process.once('SIGINT', stop)
+process.once('SIGTERM', stop)

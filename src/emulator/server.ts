@@ -1,0 +1,294 @@
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import { API_KEY_PATTERN, idempotencyKeySchema } from '../schemas/common.ts'
+import type { ApiResult, Route } from './api.ts'
+import type { EmulatorClock } from './clock.ts'
+import type { Faults } from './faults.ts'
+import type { RateLimits } from './rate_limits.ts'
+import { hashBody, type EmulatorState } from './state.ts'
+
+const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000
+const MAX_BODY = 1024 * 1024
+
+export interface HttpDeps {
+  state: EmulatorState
+  clock: EmulatorClock
+  faults: Faults
+  rateLimits: RateLimits | null
+  routes: Route[]
+  admin: (path: string, method: string, body: unknown) => Promise<ApiResult | null>
+}
+
+function send(
+  res: ServerResponse,
+  result: ApiResult,
+  headers: Record<string, string | number> = {}
+) {
+  if (res.destroyed) return
+  const payload = result.body === undefined ? '' : JSON.stringify(result.body)
+  res.writeHead(result.status, {
+    ...headers,
+    ...(payload ? { 'content-type': 'application/json' } : {}),
+  })
+  res.end(payload)
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = []
+    let size = 0
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length
+      if (size > MAX_BODY) {
+        reject(new Error('too large'))
+        req.destroy()
+        return
+      }
+      chunks.push(chunk)
+    })
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')))
+    req.on('error', reject)
+  })
+}
+
+/**
+ * The HTTP front of the emulator, in the order the service applies its rules: both path
+ * styles, faults, authentication, scope, rate limit, idempotency, then the route.
+ */
+export function createHandler(deps: HttpDeps) {
+  const { state, clock, faults } = deps
+
+  return async function handle(req: IncomingMessage, res: ServerResponse) {
+    const url = new URL(req.url ?? '/', 'http://emulator')
+    const method = req.method ?? 'GET'
+    let raw = ''
+    try {
+      raw = await readBody(req)
+    } catch {
+      return send(res, {
+        status: 413,
+        body: { code: 'INVALID_PARAMETER', error: 'body too large' },
+      })
+    }
+
+    if (url.pathname.startsWith('/__emulator/')) {
+      let adminBody: unknown
+      try {
+        adminBody = raw ? JSON.parse(raw) : {}
+      } catch {
+        return send(res, { status: 400, body: { error: 'invalid json' } })
+      }
+      const result = await deps.admin(url.pathname.slice('/__emulator'.length), method, adminBody)
+      return send(res, result ?? { status: 404, body: { error: 'unknown admin call' } })
+    }
+
+    const path =
+      url.pathname === '/api' || url.pathname.startsWith('/api/')
+        ? url.pathname.slice(4) || '/'
+        : url.pathname
+
+    // Faults first: they model the network and the service's edge.
+    if (faults.appliesTo(path)) {
+      if (faults.config.latencyMs) await new Promise((r) => setTimeout(r, faults.config.latencyMs))
+      if (faults.roll('resetRate')) {
+        faults.stats.resets++
+        return req.socket.destroy()
+      }
+      if (faults.roll('timeoutRate')) {
+        faults.stats.timeouts++
+        setTimeout(() => req.socket.destroy(), faults.config.timeoutHoldMs ?? 15_000).unref()
+        return
+      }
+      if (faults.roll('errorRate')) {
+        faults.stats.errors++
+        const status = [500, 502, 503][Math.floor(faults.random() * 3)]
+        return send(res, { status, body: { error: 'internal error' } })
+      }
+      if (faults.roll('rateLimitStormRate')) {
+        faults.stats.rateLimited++
+        return send(
+          res,
+          { status: 429, body: { error: 'rate limit exceeded' } },
+          {
+            'retry-after': 1,
+            'x-ratelimit-limit': 60,
+            'x-ratelimit-remaining': 0,
+            'x-ratelimit-reset': clock.nowSeconds() + 1,
+          }
+        )
+      }
+    }
+
+    let route: Route | undefined
+    let params: string[] = []
+    for (const candidate of deps.routes) {
+      const match = candidate.pattern.exec(path)
+      if (match && candidate.method === method) {
+        route = candidate
+        params = match.slice(1).map(decodeURIComponent)
+        break
+      }
+    }
+    if (!route) return send(res, { status: 404, body: { code: 'NOT_FOUND', error: 'not found' } })
+
+    // Authentication and scope.
+    let accountId = 'public'
+    if (route.scope) {
+      const header = req.headers.authorization ?? ''
+      const key = /^Bearer (\S+)$/.exec(header)?.[1]
+      if (!key || !API_KEY_PATTERN.test(key)) {
+        return send(res, {
+          status: 401,
+          body: { code: 'UNAUTHORIZED', error: 'missing or malformed Authorization header' },
+        })
+      }
+      if (key.startsWith('sk_live_')) {
+        return send(res, {
+          status: 403,
+          body: { success: false, error: 'environment_scope mismatch' },
+        })
+      }
+      const record = state.keys.get(key)
+      if (
+        !record ||
+        record.revoked ||
+        (record.expiresAt !== null && record.expiresAt <= clock.now())
+      ) {
+        return send(res, {
+          status: 401,
+          body: { code: 'UNAUTHORIZED', error: 'unknown or revoked API key' },
+        })
+      }
+      if (!record.scopes.has(route.scope)) {
+        return send(res, {
+          status: 403,
+          body: { code: 'FORBIDDEN', error: `API key lacks the ${route.scope} scope` },
+        })
+      }
+      accountId = record.accountId
+    }
+
+    // Rate limit: per key, per account for replay (spec, Limits).
+    const headers: Record<string, string | number> = {}
+    if (deps.rateLimits) {
+      const subject =
+        route.family === 'replay'
+          ? accountId
+          : (req.headers.authorization ?? req.socket.remoteAddress ?? 'anon')
+      const decision = deps.rateLimits.take(subject, route.family)
+      headers['x-ratelimit-limit'] = decision.limit
+      headers['x-ratelimit-remaining'] = decision.remaining
+      headers['x-ratelimit-reset'] = decision.reset
+      if (!decision.allowed) {
+        headers['retry-after'] = decision.retryAfter
+        return send(res, { status: 429, body: { error: 'rate limit exceeded' } }, headers)
+      }
+    }
+
+    let body: unknown
+    if (method === 'POST' || method === 'PATCH') {
+      try {
+        body = raw.length ? JSON.parse(raw) : undefined
+      } catch {
+        if (route.confirmShape)
+          return send(
+            res,
+            { status: 400, body: { success: false, error: 'invalid request' } },
+            headers
+          )
+        return send(
+          res,
+          { status: 400, body: { code: 'INVALID_JSON', error: 'body is not valid JSON' } },
+          headers
+        )
+      }
+    }
+
+    const run = () => route!.handler({ accountId, body, query: url.searchParams, params })
+
+    const idempotencyKey = req.headers['idempotency-key']
+    if (!route.idempotent || typeof idempotencyKey !== 'string')
+      return send(res, await run(), headers)
+    if (!idempotencyKeySchema.safeParse(idempotencyKey).success) {
+      return send(
+        res,
+        {
+          status: 400,
+          body: {
+            code: 'INVALID_PARAMETER',
+            error: 'Idempotency-Key must be 8 to 255 url-safe characters',
+            details: { field: 'Idempotency-Key', bound: 255 },
+          },
+        },
+        headers
+      )
+    }
+    state.prune()
+    const recordKey = `${accountId}:${method}:${path}:${idempotencyKey}`
+    const bodyHash = hashBody(body)
+    const existing = state.idempotency.get(recordKey)
+    if (existing && existing.expiresAt > clock.now()) {
+      if (existing.bodyHash !== bodyHash) {
+        return send(
+          res,
+          {
+            status: 409,
+            body: {
+              code: 'IDEMPOTENCY_KEY_REUSED',
+              error: 'Idempotency-Key reused with a different body',
+            },
+          },
+          headers
+        )
+      }
+      if (existing.state === 'in_flight') {
+        return send(
+          res,
+          {
+            status: 409,
+            body: {
+              code: 'IDEMPOTENCY_REQUEST_IN_FLIGHT',
+              error: 'a request with this Idempotency-Key is in flight',
+            },
+          },
+          { ...headers, 'retry-after': 1 }
+        )
+      }
+      return send(
+        res,
+        { status: existing.status!, body: existing.body },
+        { ...headers, 'idempotent-replayed': 'true' }
+      )
+    }
+    const record = {
+      bodyHash,
+      state: 'in_flight' as const,
+      expiresAt: clock.now() + IDEMPOTENCY_WINDOW_MS,
+    }
+    state.idempotency.set(recordKey, record)
+    let result: ApiResult
+    try {
+      // Holding the request here (after the in-flight record) is how tests see 409
+      // IDEMPOTENCY_REQUEST_IN_FLIGHT, and how a crash test kills a client mid-request.
+      if (faults.config.processingDelayMs)
+        await new Promise((r) => setTimeout(r, faults.config.processingDelayMs))
+      result = await run()
+    } catch (error) {
+      state.idempotency.delete(recordKey)
+      throw error
+    }
+    if (result.status >= 500 && !route.confirmShape) state.idempotency.delete(recordKey)
+    else
+      state.idempotency.set(recordKey, {
+        ...record,
+        state: 'done',
+        status: result.status,
+        body: result.body,
+      })
+    if (result.status === 200 && path === '/rfq/execute') {
+      const payoutId = (result.body as any)?.data?.payoutId
+      const payout = payoutId ? state.payouts.get(payoutId) : undefined
+      if (payout) payout.idempotencyKey = idempotencyKey
+    }
+    return send(res, result, headers)
+  }
+}
