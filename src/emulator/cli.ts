@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util'
-import { PayoutsEmulator } from '../src/emulator/main.ts'
+import { PayoutsEmulator } from './main.ts'
 
 /**
  * `svc-payouts-emulator [--port 4010] [--host 127.0.0.1] [--scale 1] [--step-ms 2000]`:
