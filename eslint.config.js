@@ -1,4 +1,18 @@
 import { configPkg } from '@adonisjs/eslint-config'
-export default configPkg({
-  ignores: ['build/**', 'tests/tmp/**', 'examples/**/build/**', 'examples/**/node_modules/**', 'coverage/**'],
-})
+
+export default configPkg(
+  {
+    ignores: [
+      'build/**',
+      'tests/tmp/**',
+      'examples/**/build/**',
+      'examples/**/node_modules/**',
+      'coverage/**',
+    ],
+  },
+  {
+    // Tests read `(await api(...)).json` on purpose: one request, one assertion.
+    files: ['tests/**/*.ts'],
+    rules: { '@unicorn/no-await-expression-member': 'off' },
+  }
+)

@@ -188,7 +188,7 @@ export class WebhookDispatcher {
     this.options.clock.setTimer(() => this.#attempt(delivery), delay)
     if (!replayOf && faults.roll('webhookDuplicateRate')) {
       this.stats.duplicated++
-      this.options.clock.setTimer(() => this.#send(delivery), delay + 1)
+      this.options.clock.setTimer(() => this.#track(this.#send(delivery).then(() => {})), delay + 1)
     }
     return delivery
   }

@@ -1,0 +1,92 @@
+import { createHmac } from 'node:crypto'
+import { createServer, type IncomingHttpHeaders } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { request } from 'undici'
+import { PayoutsEmulator, type EmulatorOptions } from '../../src/emulator/main.ts'
+
+/** Starts an emulator on a manual clock and stops it in the test's cleanup. */
+export async function startEmulator(
+  cleanup: (fn: () => Promise<void>) => void,
+  options: EmulatorOptions = {}
+) {
+  const emu = await PayoutsEmulator.start({ port: 0, clock: { mode: 'manual' }, ...options })
+  cleanup(() => emu.close())
+  return emu
+}
+
+/** Raw HTTP against the emulator: no client, so the wire format itself is checked. */
+export async function api(
+  emu: PayoutsEmulator,
+  method: string,
+  path: string,
+  options: {
+    body?: unknown
+    raw?: string
+    key?: string | null
+    headers?: Record<string, string>
+  } = {}
+) {
+  const headers: Record<string, string> = { ...options.headers }
+  const key = options.key === undefined ? emu.apiKey : options.key
+  if (key) headers.authorization = `Bearer ${key}`
+  let body: string | undefined = options.raw
+  if (options.body !== undefined) body = JSON.stringify(options.body)
+  if (body !== undefined) headers['content-type'] = 'application/json'
+  const response = await request(`${emu.baseUrl}${path}`, { method: method as any, headers, body })
+  const text = await response.body.text()
+  let json: any
+  try {
+    json = text ? JSON.parse(text) : undefined
+  } catch {
+    json = undefined
+  }
+  return { status: response.statusCode, headers: response.headers, json, text }
+}
+
+/** A fiat-to-fiat execute body for a freshly seeded recipient. */
+export function fiatBody(emu: PayoutsEmulator, overrides: Record<string, unknown> = {}) {
+  const recipient = emu.admin.seedRecipient()
+  return {
+    fromCurrency: 'USD',
+    toCurrency: 'MXN',
+    amount: 100,
+    recipientId: recipient.id,
+    userPaymentMethodId: emu.admin.accountPaymentMethodId,
+    ...overrides,
+  }
+}
+
+export interface Received {
+  headers: IncomingHttpHeaders
+  raw: Buffer
+}
+
+/** A real local webhook receiver answering with the scripted statuses. */
+export async function startReceiver(
+  cleanup: (fn: () => Promise<void>) => void,
+  statuses: number[] | ((n: number) => number) = [200]
+) {
+  const received: Received[] = []
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = []
+    req.on('data', (c) => chunks.push(c))
+    req.on('end', () => {
+      received.push({ headers: req.headers, raw: Buffer.concat(chunks) })
+      const n = received.length
+      const status =
+        typeof statuses === 'function' ? statuses(n) : (statuses[n - 1] ?? statuses.at(-1)!)
+      res.writeHead(status).end()
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  cleanup(async () => {
+    server.closeAllConnections()
+    await new Promise((resolve) => server.close(resolve))
+  })
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`, received }
+}
+
+/** HMAC-SHA256 of `t.` + raw bytes, computed independently of the package. */
+export function independentSignature(secret: string, t: string, raw: Buffer) {
+  return createHmac('sha256', secret).update(`${t}.`).update(raw).digest('hex')
+}
