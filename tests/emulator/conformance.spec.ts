@@ -799,3 +799,75 @@ async function waitFor(check: () => boolean, timeoutMs = 2000) {
     await new Promise((resolve) => setTimeout(resolve, 5))
   }
 }
+
+test.group('Emulator | Faults and limits on the wire', () => {
+  test('Faults: connection resets and 429 storms', async ({ assert, cleanup }) => {
+    const emu = await startEmulator(cleanup, { rateLimits: false })
+    emu.admin.setFaults({ resetRate: 1 })
+    const reset = await api(emu, 'GET', '/payouts').catch((error) => error)
+    assert.instanceOf(reset, Error)
+    emu.admin.setFaults({ rateLimitStormRate: 1 })
+    const storm = await api(emu, 'GET', '/payouts')
+    assert.deepEqual([storm.status, storm.json], [429, { error: 'rate limit exceeded' }])
+    assert.equal(storm.headers['retry-after'], '1')
+    emu.admin.setFaults({})
+    assert.equal((await api(emu, 'GET', '/payouts')).status, 200)
+  })
+
+  test('HTTP delivery: a receiver slower than the timeout counts as a failed attempt', async ({
+    assert,
+    cleanup,
+  }) => {
+    const emu = await startEmulator(cleanup, { webhookTimeoutMs: 100 })
+    const { createServer } = await import('node:http')
+    const slow = createServer(() => {})
+    await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve))
+    cleanup(async () => {
+      slow.closeAllConnections()
+      await new Promise((resolve) => slow.close(resolve))
+    })
+    const url = `http://127.0.0.1:${(slow.address() as any).port}/hooks`
+    await api(emu, 'POST', '/webhooks/subscriptions', { body: { url, events: ['payout.created'] } })
+    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    await emu.admin.advance(0)
+    const [delivery] = (await api(emu, 'GET', '/webhooks/deliveries')).json.data
+    assert.deepInclude(delivery, { status: 'retrying', attempts: 1 })
+  })
+
+  test('Limits: webhook payloads over 256 KB are dropped', async ({ assert, cleanup }) => {
+    const emu = await startEmulator(cleanup)
+    const receiver = await startReceiver(cleanup)
+    await api(emu, 'POST', '/webhooks/subscriptions', {
+      body: { url: receiver.url, events: ['payout.created'] },
+    })
+    emu.webhooks.publish('acct_default', 'payout.created', {
+      type: 'payout.created',
+      data: { pad: 'x'.repeat(300 * 1024) },
+    })
+    emu.webhooks.publish('acct_default', 'payout.created', {
+      type: 'payout.created',
+      data: { pad: 'x' },
+    })
+    await emu.admin.advance(0)
+    assert.lengthOf(receiver.received, 1)
+  })
+
+  test('Delivery history is pruned after 30 days', async ({ assert, cleanup }) => {
+    const emu = await startEmulator(cleanup)
+    const receiver = await startReceiver(cleanup)
+    await api(emu, 'POST', '/webhooks/subscriptions', {
+      body: { url: receiver.url, events: ['payout.created'] },
+    })
+    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    await emu.admin.advance(0)
+    assert.equal(emu.admin.sizes().deliveries, 1)
+    await emu.admin.advance(31 * DAY)
+    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    await emu.admin.advance(0)
+    assert.equal(
+      emu.admin.sizes().deliveries,
+      1,
+      'the 31-day-old delivery is gone, the new one stays'
+    )
+  })
+})
