@@ -1,5 +1,6 @@
 import type { Database } from '@adonisjs/lucid/database'
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
+import { dbDate } from '../database/dates.ts'
 
 /** A delivery as the route hands it to the inbox. */
 export interface InboxDeliveryInput {
@@ -50,8 +51,9 @@ export class InboxStore {
 
   /** Persists a delivery; a Svc-Delivery-Id seen before is reported as a duplicate. */
   async insert(input: InboxDeliveryInput): Promise<'stored' | 'duplicate'> {
+    const client = this.#client()
     try {
-      await this.#client()
+      await client
         .insertQuery()
         .table(this.table)
         .insert({
@@ -62,7 +64,7 @@ export class InboxStore {
           source: input.source,
           state: 'pending',
           attempts: 0,
-          received_at: new Date(),
+          received_at: dbDate(client),
         })
       return 'stored'
     } catch (error) {
@@ -83,13 +85,13 @@ export class InboxStore {
       .select('id', 'state', 'attempts')
       .where((query) => {
         query.where('state', 'pending').orWhere((failed) => {
-          failed.whereIn('state', ['failed', 'processing']).where('next_attempt_at', '<=', now)
+          failed.whereIn('state', ['failed', 'processing']).where('next_attempt_at', '<=', dbDate(client, now))
         })
       })
       .orderBy('id', 'asc')
       .limit(limit)
     const claimed: InboxRow[] = []
-    const lease = new Date(now.getTime() + leaseMs)
+    const lease = dbDate(client, new Date(now.getTime() + leaseMs))
     for (const candidate of candidates) {
       const updated = await client
         .from(this.table)
@@ -113,9 +115,10 @@ export class InboxStore {
 
   /** Marks a row done; `note` records why an authentic but unusable delivery was skipped. */
   async markProcessed(id: number, note: string | null = null) {
-    await this.#client().from(this.table).where('id', id).update({
+    const client = this.#client()
+    await client.from(this.table).where('id', id).update({
       state: 'processed',
-      processed_at: new Date(),
+      processed_at: dbDate(client),
       next_attempt_at: null,
       last_error: note,
     })
@@ -123,12 +126,13 @@ export class InboxStore {
 
   /** Records a failure: retried at `retryAt`, or dead-lettered when it is null. */
   async markFailed(id: number, error: string, retryAt: Date | null) {
-    await this.#client()
+    const client = this.#client()
+    await client
       .from(this.table)
       .where('id', id)
       .update({
         state: retryAt ? 'failed' : 'dead',
-        next_attempt_at: retryAt,
+        next_attempt_at: retryAt ? dbDate(client, retryAt) : null,
         last_error: error.slice(0, 2000),
       })
   }

@@ -1,0 +1,146 @@
+import type { Knex } from 'knex'
+
+/** Table names of the plugin, prefixed (`svc_` by default). */
+export function tableNames(prefix = 'svc_') {
+  return {
+    payouts: `${prefix}payouts`,
+    payoutEvents: `${prefix}payout_events`,
+    recipients: `${prefix}recipients`,
+    webhookDeliveries: `${prefix}webhook_deliveries`,
+    escrowDeposits: `${prefix}escrow_deposits`,
+    executionIntents: `${prefix}execution_intents`,
+  }
+}
+
+/**
+ * Creates the plugin's tables on a schema builder: `this.schema` inside a Lucid
+ * migration, or `db.connection().schema` in a script. Money and atomic amounts are
+ * strings (VARCHAR): never a float on any database, SQLite included, whose NUMERIC
+ * affinity would turn "0.1" into a REAL.
+ */
+export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = 'svc_') {
+  const t = tableNames(prefix)
+  const money = (table: Knex.CreateTableBuilder, name: string) => table.string(name, 64).nullable()
+  return schema
+    .createTable(t.payouts, (table) => {
+      table.increments('id')
+      table.string('payout_uuid', 64).notNullable().unique()
+      table.string('read_id', 64).nullable().unique()
+      table.string('owner_id', 191).nullable().index()
+      table.string('flow', 32).nullable()
+      table.string('status', 32).notNullable()
+      table.string('step', 32).nullable()
+      table.string('transaction_type', 32).nullable()
+      table.string('quote_id', 64).nullable().index()
+      money(table, 'source_amount')
+      table.string('source_currency', 12).nullable()
+      money(table, 'payout_amount')
+      table.string('payout_currency', 12).nullable()
+      money(table, 'to_amount')
+      table.text('fees').nullable()
+      money(table, 'partner_fx_rate')
+      money(table, 'effective_rate')
+      table.string('recipient_id', 64).nullable().index()
+      table.string('recipient_payment_method_id', 64).nullable()
+      table.string('payment_method', 64).nullable()
+      table.string('payment_purpose', 255).nullable()
+      table.string('reference', 255).nullable()
+      table.text('provider_metadata').nullable()
+      table.text('instructions').nullable()
+      table.timestamp('last_observed_at', { useTz: true }).nullable().index()
+      table.timestamp('status_changed_at', { useTz: true }).nullable()
+      table.timestamp('completed_at', { useTz: true }).nullable()
+      table.timestamp('created_at', { useTz: true }).notNullable()
+      table.timestamp('updated_at', { useTz: true }).notNullable()
+      table.index(['status', 'last_observed_at'])
+    })
+    .createTable(t.payoutEvents, (table) => {
+      table.increments('id')
+      table.string('payout_uuid', 64).notNullable().index()
+      table.string('source', 16).notNullable()
+      table.string('event_type', 64).nullable()
+      table.string('status', 32).nullable()
+      table.string('step', 32).nullable()
+      table.boolean('applied').notNullable()
+      table.string('reason', 255).nullable()
+      table.string('delivery_id', 255).nullable()
+      table.timestamp('observed_at', { useTz: true }).notNullable()
+      table.timestamp('created_at', { useTz: true }).notNullable()
+    })
+    .createTable(t.recipients, (table) => {
+      table.increments('id')
+      table.string('remote_id', 64).notNullable().unique()
+      table.string('owner_id', 191).nullable().index()
+      table.string('name', 255).nullable()
+      table.string('email', 255).nullable()
+      table.string('country', 2).nullable()
+      table.string('currency', 12).nullable()
+      table.string('type', 32).nullable()
+      table.text('payment_methods').nullable()
+      table.text('metadata').nullable()
+      table.timestamp('deleted_at', { useTz: true }).nullable()
+      table.timestamp('synced_at', { useTz: true }).nullable()
+      table.timestamp('created_at', { useTz: true }).notNullable()
+      table.timestamp('updated_at', { useTz: true }).notNullable()
+    })
+    .createTable(t.webhookDeliveries, (table) => {
+      table.increments('id')
+      table.string('delivery_id', 255).notNullable().unique()
+      table.string('event_type', 100).notNullable()
+      // Base64 of the exact bytes received, so a body that is not UTF-8 survives.
+      table.text('raw_body').notNullable()
+      table.string('signature_header', 4096).nullable()
+      table.string('source', 16).notNullable()
+      table.string('state', 16).notNullable()
+      table.integer('attempts').notNullable().defaultTo(0)
+      table.timestamp('next_attempt_at', { useTz: true }).nullable()
+      table.text('last_error').nullable()
+      table.timestamp('received_at', { useTz: true }).notNullable()
+      table.timestamp('processed_at', { useTz: true }).nullable()
+      table.index(['state', 'next_attempt_at'])
+    })
+    .createTable(t.escrowDeposits, (table) => {
+      table.increments('id')
+      table.string('quote_id', 64).notNullable().unique()
+      table.string('payout_uuid', 64).nullable().index()
+      table.string('escrow_address', 128).nullable()
+      table.string('token_address', 128).nullable()
+      table.integer('chain_id').nullable()
+      table.string('amount_atomic', 80).nullable()
+      table.string('tx_hash', 80).nullable()
+      table.timestamp('tx_confirmed_at', { useTz: true }).nullable()
+      table.string('state', 32).notNullable()
+      table.text('last_error').nullable()
+      table.timestamp('confirm_attempted_at', { useTz: true }).nullable()
+      table.timestamp('created_at', { useTz: true }).notNullable()
+      table.timestamp('updated_at', { useTz: true }).notNullable()
+    })
+    .createTable(t.executionIntents, (table) => {
+      table.increments('id')
+      table.string('idempotency_key', 255).notNullable().unique()
+      table.string('owner_id', 191).nullable().index()
+      table.string('flow', 32).notNullable()
+      table.text('request_body').notNullable()
+      table.string('body_hash', 64).notNullable()
+      table.string('state', 32).notNullable().index()
+      table.integer('attempts').notNullable().defaultTo(0)
+      table.string('payout_uuid', 64).nullable()
+      table.text('response').nullable()
+      table.text('error').nullable()
+      table.timestamp('last_attempt_at', { useTz: true }).nullable()
+      table.timestamp('created_at', { useTz: true }).notNullable()
+      table.timestamp('updated_at', { useTz: true }).notNullable()
+    })
+}
+
+/** Drops the plugin's tables (the migration's `down`). */
+export function dropPayoutsTables(schema: Knex.SchemaBuilder, prefix = 'svc_') {
+  const t = tableNames(prefix)
+  return schema
+    .dropTableIfExists(t.executionIntents)
+    .dropTableIfExists(t.escrowDeposits)
+    .dropTableIfExists(t.webhookDeliveries)
+    .dropTableIfExists(t.recipients)
+    .dropTableIfExists(t.payoutEvents)
+    .dropTableIfExists(t.payouts)
+}

@@ -1,0 +1,220 @@
+import type { Database } from '@adonisjs/lucid/database'
+import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
+import { DateTime } from 'luxon'
+import { dbDate } from '../database/dates.ts'
+import Payout from '../models/payout.ts'
+import PayoutEvent from '../models/payout_event.ts'
+import type { ObservationSource, PayoutChangedEvent } from '../types/events.ts'
+import type { PayoutStatus, PayoutStep } from '../schemas/common.ts'
+import { reduce, type ReduceReason } from './state_machine.ts'
+
+/** Descriptive fields an observation may carry; they fill gaps, they never move state. */
+export interface PayoutFields {
+  ownerId?: string | null
+  flow?: string | null
+  transactionType?: string | null
+  quoteId?: string | null
+  sourceAmount?: number | string | null
+  sourceCurrency?: string | null
+  payoutAmount?: number | string | null
+  payoutCurrency?: string | null
+  toAmount?: number | string | null
+  fees?: Record<string, number> | null
+  partnerFxRate?: number | string | null
+  effectiveRate?: number | string | null
+  recipientId?: string | null
+  recipientPaymentMethodId?: string | null
+  paymentMethod?: string | null
+  paymentPurpose?: string | null
+  reference?: string | null
+  providerMetadata?: Record<string, unknown> | null
+  instructions?: Record<string, unknown> | null
+}
+
+/** One sighting of a payout, from any source. */
+export interface PayoutObservation {
+  /** The execute UUID, or a prefixed read id when that is all the source gives. */
+  payoutId: string
+  readId?: string | null
+  status?: string | null
+  step?: string | null
+  completedAt?: string | null
+  source: ObservationSource
+  eventType?: string
+  deliveryId?: string
+  observedAt?: DateTime
+  fields?: PayoutFields
+}
+
+/** A committed change of a payout's position. */
+export interface PayoutChange {
+  payout: Payout
+  previous: { status: PayoutStatus; step: PayoutStep | null } | null
+  current: { status: PayoutStatus; step: PayoutStep | null }
+  source: ObservationSource
+  created: boolean
+}
+
+export interface ApplyResult {
+  payout: Payout
+  changed: boolean
+  reason: ReduceReason
+}
+
+export interface LedgerHooks {
+  /** Runs after COMMIT, once per real change; never for duplicates or stale events. */
+  onChange?: (change: PayoutChange) => void | Promise<void>
+}
+
+const DECIMAL_FIELDS = new Set([
+  'sourceAmount',
+  'payoutAmount',
+  'toAmount',
+  'partnerFxRate',
+  'effectiveRate',
+])
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+function toDecimalString(value: number | string): string {
+  return typeof value === 'number' ? String(value) : value
+}
+
+/** Projects a change onto the public event payload (no instructions, no secrets). */
+export function toChangedEvent(change: PayoutChange): PayoutChangedEvent {
+  const p = change.payout
+  return {
+    payoutId: p.payoutUuid,
+    readId: p.readId,
+    ownerId: p.ownerId,
+    flow: p.flow,
+    status: change.current.status,
+    step: change.current.step,
+    previousStatus: change.previous?.status ?? null,
+    previousStep: change.previous?.step ?? null,
+    source: change.source,
+    payoutAmount: p.payoutAmount,
+    payoutCurrency: p.payoutCurrency,
+    completedAt: p.completedAt?.toISO() ?? null,
+    changedAt: (p.statusChangedAt ?? DateTime.now()).toISO()!,
+  }
+}
+
+/**
+ * The one place payout state changes. Every observation runs in a transaction that locks
+ * the row (PostgreSQL, MySQL) or holds SQLite's single writer, goes through the reducer,
+ * is logged in payout_events whatever the outcome, and notifies after COMMIT.
+ */
+export class PayoutLedger {
+  constructor(
+    private db: Database,
+    private hooks: LedgerHooks = {},
+    private connection?: string
+  ) {}
+
+  async apply(observation: PayoutObservation): Promise<ApplyResult> {
+    const { result, change } = await this.db
+      .connection(this.connection)
+      .transaction((trx) => this.applyInTransaction(trx, observation))
+    if (change && this.hooks.onChange) await this.hooks.onChange(change)
+    return result
+  }
+
+  /**
+   * The same inside a caller's transaction (execute stores the intent and the payout in
+   * one). The caller must call `notify(change)` after its COMMIT.
+   */
+  async applyInTransaction(
+    trx: TransactionClientContract,
+    observation: PayoutObservation
+  ): Promise<{ result: ApplyResult; change: PayoutChange | null }> {
+    const observedAt = observation.observedAt ?? DateTime.now()
+    const lockable = !['sqlite3', 'better-sqlite3', 'libsql'].includes(trx.dialect.name)
+    const locate = () => {
+      const query = Payout.query({ client: trx })
+      if (UUID.test(observation.payoutId)) query.where('payout_uuid', observation.payoutId)
+      else query.where('read_id', observation.payoutId).orWhere('payout_uuid', observation.payoutId)
+      return lockable ? query.forUpdate().first() : query.first()
+    }
+    let row = await locate()
+    if (!row) {
+      // Insert-or-ignore: a concurrent observation of the same new payout may win the race.
+      const now = dbDate(trx, observedAt)
+      await trx
+        .knexQuery()
+        .table(Payout.table)
+        .insert({
+          payout_uuid: observation.payoutId,
+          read_id:
+            observation.readId ?? (UUID.test(observation.payoutId) ? null : observation.payoutId),
+          status: 'pending',
+          step: null,
+          created_at: now,
+          updated_at: now,
+        })
+        .onConflict('payout_uuid')
+        .ignore()
+      row = await locate()
+      if (!row) throw new Error(`payout ${observation.payoutId} could not be stored`)
+    }
+    // A row no observation has reached yet (just inserted) has no position to compare.
+    const previous = row.lastObservedAt === null ? null : { status: row.status, step: row.step }
+    const outcome = reduce(previous, { status: observation.status, step: observation.step })
+
+    this.#fill(row, observation)
+    row.lastObservedAt = observedAt
+    if (outcome.changed) {
+      row.status = outcome.next.status
+      row.step = outcome.next.step
+      row.statusChangedAt = observedAt
+      if (row.status === 'completed' && !row.completedAt) {
+        row.completedAt = observation.completedAt
+          ? DateTime.fromISO(observation.completedAt)
+          : observedAt
+      }
+    }
+    row.useTransaction(trx)
+    await row.save()
+
+    await PayoutEvent.create(
+      {
+        payoutUuid: row.payoutUuid,
+        source: observation.source,
+        eventType: observation.eventType ?? null,
+        status: observation.status ?? null,
+        step: observation.step ?? null,
+        applied: outcome.changed,
+        reason: outcome.reason,
+        deliveryId: observation.deliveryId ?? null,
+        observedAt,
+      },
+      { client: trx }
+    )
+
+    const result = { payout: row, changed: outcome.changed, reason: outcome.reason }
+    const change = outcome.changed
+      ? {
+          payout: row,
+          previous,
+          current: outcome.next,
+          source: observation.source,
+          created: previous === null,
+        }
+      : null
+    return { result, change }
+  }
+
+  /** Runs the change hook; for callers of `applyInTransaction`, after their COMMIT. */
+  async notify(change: PayoutChange | null) {
+    if (change && this.hooks.onChange) await this.hooks.onChange(change)
+  }
+
+  #fill(row: Payout, observation: PayoutObservation) {
+    if (observation.readId && !row.readId) row.readId = observation.readId
+    for (const [key, value] of Object.entries(observation.fields ?? {})) {
+      if (value === undefined || value === null) continue
+      const current = (row as any)[key]
+      if (current !== null && current !== undefined) continue
+      ;(row as any)[key] = DECIMAL_FIELDS.has(key) ? toDecimalString(value as number) : value
+    }
+  }
+}

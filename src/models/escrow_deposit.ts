@@ -1,0 +1,51 @@
+import { BaseModel, column } from '@adonisjs/lucid/orm'
+import type { DateTime } from 'luxon'
+
+/** The escrow side of a stablecoin payout: where to send, what was sent, what was confirmed. */
+export default class EscrowDeposit extends BaseModel {
+  static table = 'svc_escrow_deposits'
+
+  @column({ isPrimary: true })
+  declare id: number
+
+  @column()
+  declare quoteId: string
+
+  @column()
+  declare payoutUuid: string | null
+
+  @column()
+  declare escrowAddress: string | null
+
+  @column()
+  declare tokenAddress: string | null
+
+  @column()
+  declare chainId: number | null
+
+  /** Atomic units as a decimal string (bigint-safe). */
+  @column()
+  declare amountAtomic: string | null
+
+  @column()
+  declare txHash: string | null
+
+  @column.dateTime()
+  declare txConfirmedAt: DateTime | null
+
+  @column()
+  declare state:
+    'awaiting_deposit' | 'deposit_recorded' | 'confirm_requested' | 'confirmed' | 'confirm_failed'
+
+  @column()
+  declare lastError: string | null
+
+  @column.dateTime()
+  declare confirmAttemptedAt: DateTime | null
+
+  @column.dateTime({ autoCreate: true })
+  declare createdAt: DateTime
+
+  @column.dateTime({ autoCreate: true, autoUpdate: true })
+  declare updatedAt: DateTime
+}

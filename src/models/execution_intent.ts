@@ -1,0 +1,55 @@
+import { BaseModel, column } from '@adonisjs/lucid/orm'
+import type { DateTime } from 'luxon'
+import { jsonColumn } from './json_column.ts'
+
+export type IntentState = 'pending' | 'unknown' | 'succeeded' | 'failed' | 'needs_attention'
+
+/**
+ * An execute call, committed with its Idempotency-Key before the request is sent. Only
+ * this row makes a crash safe: recovery re-sends the same body with the same key.
+ */
+export default class ExecutionIntent extends BaseModel {
+  static table = 'svc_execution_intents'
+
+  @column({ isPrimary: true })
+  declare id: number
+
+  @column({ serializeAs: null })
+  declare idempotencyKey: string
+
+  @column()
+  declare ownerId: string | null
+
+  @column()
+  declare flow: string
+
+  @column(jsonColumn)
+  declare requestBody: Record<string, unknown>
+
+  @column()
+  declare bodyHash: string
+
+  @column()
+  declare state: IntentState
+
+  @column()
+  declare attempts: number
+
+  @column()
+  declare payoutUuid: string | null
+
+  @column({ ...jsonColumn, serializeAs: null })
+  declare response: Record<string, unknown> | null
+
+  @column(jsonColumn)
+  declare error: Record<string, unknown> | null
+
+  @column.dateTime()
+  declare lastAttemptAt: DateTime | null
+
+  @column.dateTime({ autoCreate: true })
+  declare createdAt: DateTime
+
+  @column.dateTime({ autoCreate: true, autoUpdate: true })
+  declare updatedAt: DateTime
+}

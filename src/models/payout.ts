@@ -1,0 +1,108 @@
+import { BaseModel, column, hasMany, hasOne } from '@adonisjs/lucid/orm'
+import type { HasMany, HasOne } from '@adonisjs/lucid/types/relations'
+import type { DateTime } from 'luxon'
+import type { PayoutStatus, PayoutStep } from '../schemas/common.ts'
+import { jsonColumn } from './json_column.ts'
+import PayoutEvent from './payout_event.ts'
+import EscrowDeposit from './escrow_deposit.ts'
+
+/** The host app's record of one payout. Amounts are decimal strings, never floats. */
+export default class Payout extends BaseModel {
+  static table = 'svc_payouts'
+
+  @column({ isPrimary: true })
+  declare id: number
+
+  /** The execute UUID; the key every observation is applied on. */
+  @column()
+  declare payoutUuid: string
+
+  /** The prefixed read id (po_...), once a read has shown it. */
+  @column()
+  declare readId: string | null
+
+  @column()
+  declare ownerId: string | null
+
+  @column()
+  declare flow: string | null
+
+  @column()
+  declare status: PayoutStatus
+
+  @column()
+  declare step: PayoutStep | null
+
+  @column()
+  declare transactionType: string | null
+
+  @column()
+  declare quoteId: string | null
+
+  @column()
+  declare sourceAmount: string | null
+
+  @column()
+  declare sourceCurrency: string | null
+
+  @column()
+  declare payoutAmount: string | null
+
+  @column()
+  declare payoutCurrency: string | null
+
+  @column()
+  declare toAmount: string | null
+
+  @column(jsonColumn)
+  declare fees: Record<string, number> | null
+
+  @column()
+  declare partnerFxRate: string | null
+
+  @column()
+  declare effectiveRate: string | null
+
+  @column()
+  declare recipientId: string | null
+
+  @column()
+  declare recipientPaymentMethodId: string | null
+
+  @column()
+  declare paymentMethod: string | null
+
+  @column()
+  declare paymentPurpose: string | null
+
+  @column()
+  declare reference: string | null
+
+  @column(jsonColumn)
+  declare providerMetadata: Record<string, unknown> | null
+
+  /** Banking instructions, payment URL or escrow details: private, never broadcast. */
+  @column({ ...jsonColumn, serializeAs: null })
+  declare instructions: Record<string, unknown> | null
+
+  @column.dateTime()
+  declare lastObservedAt: DateTime | null
+
+  @column.dateTime()
+  declare statusChangedAt: DateTime | null
+
+  @column.dateTime()
+  declare completedAt: DateTime | null
+
+  @column.dateTime({ autoCreate: true })
+  declare createdAt: DateTime
+
+  @column.dateTime({ autoCreate: true, autoUpdate: true })
+  declare updatedAt: DateTime
+
+  @hasMany(() => PayoutEvent, { localKey: 'payoutUuid', foreignKey: 'payoutUuid' })
+  declare events: HasMany<typeof PayoutEvent>
+
+  @hasOne(() => EscrowDeposit, { localKey: 'payoutUuid', foreignKey: 'payoutUuid' })
+  declare escrowDeposit: HasOne<typeof EscrowDeposit>
+}

@@ -1,0 +1,40 @@
+import { BaseModel, column } from '@adonisjs/lucid/orm'
+import type { DateTime } from 'luxon'
+
+/** Append-only log of every observation of a payout, applied or not (and why). */
+export default class PayoutEvent extends BaseModel {
+  static table = 'svc_payout_events'
+
+  @column({ isPrimary: true })
+  declare id: number
+
+  @column()
+  declare payoutUuid: string
+
+  @column()
+  declare source: string
+
+  @column()
+  declare eventType: string | null
+
+  @column()
+  declare status: string | null
+
+  @column()
+  declare step: string | null
+
+  @column({ consume: (value: unknown) => Boolean(value) })
+  declare applied: boolean
+
+  @column()
+  declare reason: string | null
+
+  @column()
+  declare deliveryId: string | null
+
+  @column.dateTime()
+  declare observedAt: DateTime
+
+  @column.dateTime({ autoCreate: true })
+  declare createdAt: DateTime
+}

@@ -1,0 +1,50 @@
+import { BaseModel, column } from '@adonisjs/lucid/orm'
+import type { DateTime } from 'luxon'
+
+/** One row of the durable inbox: a verified delivery, stored before it was acknowledged. */
+export default class WebhookDelivery extends BaseModel {
+  static table = 'svc_webhook_deliveries'
+
+  @column({ isPrimary: true })
+  declare id: number
+
+  /** Svc-Delivery-Id (webhooks) or a content hash (WebSocket). */
+  @column()
+  declare deliveryId: string
+
+  @column()
+  declare eventType: string
+
+  /** Base64 of the exact bytes received. */
+  @column({ serializeAs: null })
+  declare rawBody: string
+
+  @column({ serializeAs: null })
+  declare signatureHeader: string | null
+
+  @column()
+  declare source: 'webhook' | 'websocket'
+
+  @column()
+  declare state: 'pending' | 'processing' | 'processed' | 'failed' | 'dead'
+
+  @column()
+  declare attempts: number
+
+  @column.dateTime()
+  declare nextAttemptAt: DateTime | null
+
+  @column()
+  declare lastError: string | null
+
+  @column.dateTime()
+  declare receivedAt: DateTime
+
+  @column.dateTime()
+  declare processedAt: DateTime | null
+
+  /** The body as it arrived. */
+  get body(): Buffer {
+    return Buffer.from(this.rawBody, 'base64')
+  }
+}

@@ -1,0 +1,59 @@
+import { mkdirSync } from 'node:fs'
+import { Database } from '@adonisjs/lucid/database'
+import { BaseModel } from '@adonisjs/lucid/orm'
+import { Emitter } from '@adonisjs/core/events'
+import { Logger } from '@adonisjs/core/logger'
+import { AppFactory } from '@adonisjs/core/factories/app'
+import { createPayoutsTables, dropPayoutsTables } from '../../src/database/schema.ts'
+import { configureModels } from '../../src/models/main.ts'
+
+export const TEST_DB = process.env.TEST_DB === 'pg' ? 'pg' : 'sqlite'
+
+/** Lucid connection config for the suite's database (SQLite file, or PostgreSQL). */
+export function connectionConfig(name = 'test') {
+  if (TEST_DB === 'pg') {
+    return {
+      client: 'pg' as const,
+      connection: {
+        host: process.env.PG_HOST ?? '127.0.0.1',
+        port: Number(process.env.PG_PORT ?? 5432),
+        user: process.env.PG_USER ?? 'postgres',
+        database: process.env.PG_DATABASE ?? 'test',
+      },
+      pool: { min: 0, max: 25 },
+    }
+  }
+  mkdirSync(new URL('../tmp/', import.meta.url), { recursive: true })
+  return {
+    client: 'better-sqlite3' as const,
+    connection: {
+      filename: new URL(`../tmp/${name}-${process.pid}.sqlite`, import.meta.url).pathname,
+    },
+    useNullAsDefault: true,
+  }
+}
+
+/**
+ * A real Lucid database with the plugin's tables under a fresh prefix, dropped and
+ * closed in the test's cleanup.
+ */
+export async function setupDatabase(cleanup: (fn: () => Promise<void>) => void, name = 'test') {
+  const app = new AppFactory().create(new URL('../tmp/', import.meta.url))
+  await app.init()
+  const emitter = new Emitter(app)
+  const logger = new Logger({ enabled: false })
+  const db = new Database(
+    { connection: 'primary', connections: { primary: connectionConfig(name) } },
+    logger,
+    emitter
+  )
+  BaseModel.useAdapter(db.modelAdapter())
+  const prefix = `t${Math.random().toString(36).slice(2, 8)}_`
+  configureModels(prefix)
+  await createPayoutsTables(db.connection().schema, prefix)
+  cleanup(async () => {
+    await dropPayoutsTables(db.connection().schema, prefix)
+    await db.manager.closeAll()
+  })
+  return { db, prefix, emitter }
+}

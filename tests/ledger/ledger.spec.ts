@@ -1,0 +1,257 @@
+import { test } from '@japa/runner'
+import fc from 'fast-check'
+import { DateTime } from 'luxon'
+import { randomUUID } from 'node:crypto'
+import { createPayoutsTables, dropPayoutsTables, tableNames } from '../../src/database/schema.ts'
+import {
+  PayoutLedger,
+  type PayoutChange,
+  type PayoutObservation,
+} from '../../src/ledger/payout_ledger.ts'
+import { mapExecuteStatus, reduce } from '../../src/ledger/state_machine.ts'
+import { Payout, PayoutEvent } from '../../src/models/main.ts'
+import { setupDatabase, TEST_DB } from '../helpers/database.ts'
+
+/** A genuine trajectory of one payout, as the service would report it. */
+function trajectory(
+  payoutId: string,
+  outcome: 'completed' | 'failed' | 'cancelled'
+): PayoutObservation[] {
+  const at = (i: number) => DateTime.fromMillis(1_700_000_000_000 + i * 1000)
+  const created: PayoutObservation = {
+    payoutId,
+    status: 'pending',
+    step: 'initiated',
+    source: 'webhook',
+    eventType: 'payout.created',
+    observedAt: at(0),
+  }
+  if (outcome === 'cancelled')
+    return [
+      created,
+      { payoutId, status: 'cancelled', step: 'initiated', source: 'webhook', observedAt: at(1) },
+    ]
+  const steps = ['compliance_cleared', 'instructions_sent', 'collected', 'converting', 'settling']
+  const processing = steps.map((step, i) => ({
+    payoutId,
+    status: 'processing',
+    step,
+    source: 'webhook' as const,
+    observedAt: at(i + 1),
+  }))
+  if (outcome === 'failed')
+    return [
+      created,
+      ...processing.slice(0, 3),
+      { payoutId, status: 'failed', step: 'collected', source: 'webhook', observedAt: at(9) },
+    ]
+  return [
+    created,
+    ...processing,
+    {
+      payoutId,
+      status: 'completed',
+      step: 'delivered',
+      completedAt: '2026-01-01T00:00:00.000Z',
+      source: 'poll',
+      observedAt: at(9),
+    },
+  ]
+}
+
+test.group('Ledger | state machine', () => {
+  test('execute-time statuses map to pending; read statuses pass through', ({ assert }) => {
+    assert.deepEqual(
+      ['accepted', 'awaiting_escrow_deposit', 'pending', 'processing', 'whatever'].map(
+        mapExecuteStatus
+      ),
+      ['pending', 'pending', 'pending', 'processing', 'pending']
+    )
+  })
+
+  test('backwards and post-terminal observations change nothing', ({ assert }) => {
+    const processing = { status: 'processing' as const, step: 'converting' as const }
+    assert.deepInclude(reduce(processing, { status: 'processing', step: 'collected' }), {
+      changed: false,
+      reason: 'backwards',
+    })
+    assert.deepInclude(reduce(processing, { status: 'pending' }), {
+      changed: false,
+      reason: 'backwards',
+    })
+    const done = { status: 'completed' as const, step: 'delivered' as const }
+    assert.deepInclude(reduce(done, { status: 'failed' }), {
+      changed: false,
+      reason: 'after_terminal',
+    })
+    assert.deepInclude(reduce(done, { status: 'completed', step: 'delivered' }), {
+      changed: false,
+      reason: 'duplicate',
+    })
+    assert.deepInclude(reduce(processing, { status: 'teleported' }), {
+      changed: false,
+      reason: 'unknown_status',
+    })
+    assert.deepEqual(reduce(processing, { status: 'completed' }).next, done)
+  })
+
+  test('property: any order of a trajectory, with duplicates, reduces to the same position', ({
+    assert,
+  }) => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom('completed' as const, 'failed' as const, 'cancelled' as const),
+        fc.integer({ min: 0, max: 2 ** 31 }),
+        fc.array(fc.nat(20), { maxLength: 10 }),
+        (outcome, seed, dupIndexes) => {
+          const events = trajectory('p', outcome)
+          const withDups = [...events, ...dupIndexes.map((i) => events[i % events.length])]
+          const shuffled = fc.sample(
+            fc.shuffledSubarray(withDups, { minLength: withDups.length }),
+            { seed, numRuns: 1 }
+          )[0]
+          const fold = (list: PayoutObservation[]) =>
+            list.reduce((pos, o) => reduce(pos, o).next, null as any)
+          assert.deepEqual(fold(shuffled), fold(events))
+        }
+      ),
+      { seed: 4242, numRuns: 500 }
+    )
+  })
+})
+
+test.group(`Ledger | apply (${TEST_DB})`, () => {
+  test('migrations run up and down cleanly', async ({ assert, cleanup }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'migrations')
+    const names = Object.values(tableNames(prefix))
+    for (const name of names) assert.isTrue(await db.connection().schema.hasTable(name), name)
+    await dropPayoutsTables(db.connection().schema, prefix)
+    for (const name of names) assert.isFalse(await db.connection().schema.hasTable(name), name)
+    await createPayoutsTables(db.connection().schema, prefix)
+    for (const name of names) assert.isTrue(await db.connection().schema.hasTable(name), name)
+  })
+
+  test('a webhook before the execute response lands on the same row', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup)
+    const ledger = new PayoutLedger(db)
+    const payoutId = randomUUID()
+    await ledger.apply({
+      payoutId,
+      status: 'pending',
+      step: 'initiated',
+      source: 'webhook',
+      eventType: 'payout.created',
+      fields: { payoutAmount: 1701.45, payoutCurrency: 'MXN' },
+    })
+    await ledger.apply({
+      payoutId,
+      status: mapExecuteStatus('accepted'),
+      source: 'execute',
+      fields: { ownerId: 'user-1', flow: 'fiat_to_fiat', sourceAmount: 100, payoutAmount: 9999 },
+    })
+    const rows = await Payout.query().where('payout_uuid', payoutId)
+    assert.lengthOf(rows, 1)
+    assert.equal(rows[0].ownerId, 'user-1')
+    assert.equal(
+      rows[0].payoutAmount,
+      '1701.45',
+      'a filled field is not overwritten, and is an exact string'
+    )
+    assert.equal(rows[0].sourceAmount, '100')
+    const events = await PayoutEvent.query().where('payout_uuid', payoutId).orderBy('id')
+    assert.deepEqual(
+      events.map((e) => [e.source, e.applied]),
+      [
+        ['webhook', true],
+        ['execute', false],
+      ]
+    )
+  })
+
+  test('a stale observation is logged in payout_events and changes nothing', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup)
+    const ledger = new PayoutLedger(db)
+    const payoutId = randomUUID()
+    await ledger.apply({ payoutId, status: 'processing', step: 'settling', source: 'poll' })
+    const stale = await ledger.apply({
+      payoutId,
+      status: 'processing',
+      step: 'collected',
+      source: 'webhook',
+    })
+    assert.deepEqual([stale.changed, stale.reason], [false, 'backwards'])
+    const row = await Payout.findByOrFail('payoutUuid', payoutId)
+    assert.equal(row.step, 'settling')
+    assert.equal(
+      (await PayoutEvent.query().where('payout_uuid', payoutId).where('applied', false)).length,
+      1
+    )
+  })
+
+  test('property: any order of the same observations, with duplicates, ends in the same row and one completion', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'property')
+    const completions: string[] = []
+    const ledger = new PayoutLedger(db, {
+      onChange: (change) => {
+        if (change.current.status === 'completed') completions.push(change.payout.payoutUuid)
+      },
+    })
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 0, max: 2 ** 31 }),
+        fc.array(fc.nat(6), { maxLength: 6 }),
+        async (seed, dups) => {
+          const payoutId = randomUUID()
+          const events = trajectory(payoutId, 'completed')
+          const all = [...events, ...dups.map((i) => events[i])]
+          const shuffled = fc.sample(fc.shuffledSubarray(all, { minLength: all.length }), {
+            seed,
+            numRuns: 1,
+          })[0]
+          for (const observation of shuffled) await ledger.apply(observation)
+          const row = await Payout.findByOrFail('payoutUuid', payoutId)
+          assert.deepEqual([row.status, row.step], ['completed', 'delivered'])
+          assert.equal(row.completedAt?.toUTC().toISO(), '2026-01-01T00:00:00.000Z')
+          assert.equal(completions.filter((id) => id === payoutId).length, 1)
+        }
+      ),
+      { seed: 7, numRuns: TEST_DB === 'pg' ? 25 : 40 }
+    )
+  })
+
+  test('20 concurrent observations of one payout: one consistent row, one completion', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'concurrency')
+    const changes: PayoutChange[] = []
+    const ledger = new PayoutLedger(db, { onChange: (change) => void changes.push(change) })
+    const payoutId = randomUUID()
+    const base = trajectory(payoutId, 'completed')
+    const observations = Array.from({ length: 20 }, (_, i) => base[i % base.length])
+    await Promise.all(observations.map((o) => ledger.apply(o)))
+    const rows = await Payout.query().where('payout_uuid', payoutId)
+    assert.lengthOf(rows, 1)
+    assert.deepEqual([rows[0].status, rows[0].step], ['completed', 'delivered'])
+    assert.equal(changes.filter((c) => c.current.status === 'completed').length, 1)
+    assert.equal(changes.filter((c) => c.created).length, 1)
+    assert.equal((await PayoutEvent.query().where('payout_uuid', payoutId)).length, 20)
+    // Positions reported to listeners only ever move forward.
+    const ranks = changes.map((c) =>
+      ['pending', 'processing', 'completed'].indexOf(c.current.status)
+    )
+    assert.deepEqual(
+      ranks,
+      [...ranks].sort((a, b) => a - b)
+    )
+  })
+})
