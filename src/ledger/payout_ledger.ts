@@ -19,7 +19,7 @@ export interface PayoutFields {
   payoutAmount?: number | string | null
   payoutCurrency?: string | null
   toAmount?: number | string | null
-  fees?: Record<string, number> | null
+  fees?: Record<string, unknown> | null
   partnerFxRate?: number | string | null
   effectiveRate?: number | string | null
   recipientId?: string | null

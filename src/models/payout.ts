@@ -55,7 +55,7 @@ export default class Payout extends BaseModel {
   declare toAmount: string | null
 
   @column(jsonColumn)
-  declare fees: Record<string, number> | null
+  declare fees: Record<string, unknown> | null
 
   @column()
   declare partnerFxRate: string | null

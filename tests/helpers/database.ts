@@ -27,7 +27,9 @@ export function connectionConfig(name = 'test') {
   return {
     client: 'better-sqlite3' as const,
     connection: {
-      filename: new URL(`../tmp/${name}-${process.pid}.sqlite`, import.meta.url).pathname,
+      filename:
+        process.env.SVC_TEST_SQLITE ??
+        new URL(`../tmp/${name}-${process.pid}.sqlite`, import.meta.url).pathname,
     },
     useNullAsDefault: true,
   }
@@ -37,7 +39,11 @@ export function connectionConfig(name = 'test') {
  * A real Lucid database with the plugin's tables under a fresh prefix, dropped and
  * closed in the test's cleanup.
  */
-export async function setupDatabase(cleanup: (fn: () => Promise<void>) => void, name = 'test') {
+export async function setupDatabase(
+  cleanup: (fn: () => Promise<void>) => void,
+  name = 'test',
+  options: { prefix?: string; createTables?: boolean } = {}
+) {
   const app = new AppFactory().create(new URL('../tmp/', import.meta.url))
   await app.init()
   const emitter = new Emitter(app)
@@ -48,11 +54,12 @@ export async function setupDatabase(cleanup: (fn: () => Promise<void>) => void, 
     emitter
   )
   BaseModel.useAdapter(db.modelAdapter())
-  const prefix = `t${Math.random().toString(36).slice(2, 8)}_`
+  const prefix = options.prefix ?? `t${Math.random().toString(36).slice(2, 8)}_`
   configureModels(prefix)
-  await createPayoutsTables(db.connection().schema, prefix)
+  const owner = options.createTables !== false
+  if (owner) await createPayoutsTables(db.connection().schema, prefix)
   cleanup(async () => {
-    await dropPayoutsTables(db.connection().schema, prefix)
+    if (owner) await dropPayoutsTables(db.connection().schema, prefix)
     await db.manager.closeAll()
   })
   return { db, prefix, emitter }

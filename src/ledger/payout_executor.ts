@@ -1,0 +1,214 @@
+import { createHash, randomUUID } from 'node:crypto'
+import type { Database } from '@adonisjs/lucid/database'
+import { DateTime } from 'luxon'
+import { PayoutsApiError } from '../client/errors.ts'
+import type { ExecuteInput, PayoutsClient } from '../client/payouts_client.ts'
+import { detectFlow } from '../schemas/common.ts'
+import type { ExecuteResult } from '../schemas/resources.ts'
+import { dbDate } from '../database/dates.ts'
+import EscrowDeposit from '../models/escrow_deposit.ts'
+import ExecutionIntent from '../models/execution_intent.ts'
+import type Payout from '../models/payout.ts'
+import { mapExecuteStatus } from './state_machine.ts'
+import type { PayoutChange, PayoutLedger } from './payout_ledger.ts'
+
+/** What `execute` returns: the typed API result, the local row and the intent. */
+export interface ExecutedPayout {
+  result: ExecuteResult
+  payout: Payout
+  intent: ExecutionIntent
+}
+
+export interface RecoverySummary {
+  resent: number
+  succeeded: number
+  failed: number
+  unknown: number
+  flagged: number
+}
+
+export interface PayoutExecutorOptions {
+  db: Database
+  ledger: PayoutLedger
+  client: Pick<PayoutsClient, 'execute'>
+  connection?: string
+  /** The service's replay window (24 h). */
+  idempotencyWindowMs?: number
+  /** Recovery stops re-sending this long before the window closes. */
+  safetyMarginMs?: number
+  now?: () => DateTime
+}
+
+const JSON_SAFE = (_key: string, value: unknown) =>
+  typeof value === 'bigint' ? value.toString() : value
+
+/**
+ * Sends payouts so that none is ever sent twice: the intent, with a fresh
+ * Idempotency-Key, is committed before the request leaves; a crash or an unknown outcome
+ * leaves it `unknown`, and recovery re-sends the same body with the same key while the
+ * service still remembers it. Past that window a human decides; a new key is never used.
+ */
+export class PayoutExecutor {
+  #options: Required<Omit<PayoutExecutorOptions, 'connection'>> & { connection?: string }
+
+  constructor(options: PayoutExecutorOptions) {
+    this.#options = {
+      idempotencyWindowMs: 24 * 3600 * 1000,
+      safetyMarginMs: 3600 * 1000,
+      now: () => DateTime.now(),
+      ...options,
+    }
+  }
+
+  /** Executes a payout for `ownerId` (a user or tenant id of the host app). */
+  async execute(
+    input: ExecuteInput,
+    options: { ownerId?: string | null } = {}
+  ): Promise<ExecutedPayout> {
+    const { flow: requested, ...body } = input
+    const flow = requested ?? detectFlow(body)
+    const serialized = JSON.stringify(body, JSON_SAFE)
+    const intent = await ExecutionIntent.create(
+      {
+        idempotencyKey: randomUUID(),
+        ownerId: options.ownerId ?? null,
+        flow,
+        requestBody: { flow, ...body },
+        bodyHash: createHash('sha256').update(serialized).digest('hex'),
+        state: 'pending',
+        attempts: 0,
+      },
+      { connection: this.#options.connection }
+    )
+    return this.#send(intent)
+  }
+
+  async #send(intent: ExecutionIntent): Promise<ExecutedPayout> {
+    intent.attempts += 1
+    intent.lastAttemptAt = this.#options.now()
+    await intent.save()
+    let result: ExecuteResult
+    try {
+      result = await this.#options.client.execute(intent.requestBody as ExecuteInput, {
+        idempotencyKey: intent.idempotencyKey,
+      })
+    } catch (error) {
+      const definitive =
+        error instanceof PayoutsApiError &&
+        !error.outcomeUnknown &&
+        error.status >= 400 &&
+        error.status < 500 &&
+        error.status !== 429 &&
+        error.code !== 'IDEMPOTENCY_REQUEST_IN_FLIGHT'
+      intent.state = definitive ? 'failed' : 'unknown'
+      intent.error =
+        error instanceof PayoutsApiError
+          ? (error.toJSON() as Record<string, unknown>)
+          : { message: (error as Error).message ?? String(error) }
+      await intent.save()
+      throw error
+    }
+    return this.#store(intent, result)
+  }
+
+  /** Stores the response, the payout and (stablecoin) the escrow row in one transaction. */
+  async #store(intent: ExecutionIntent, result: ExecuteResult): Promise<ExecutedPayout> {
+    const { ledger } = this.#options
+    let change: PayoutChange | null = null
+    const payout = await this.#options.db
+      .connection(this.#options.connection)
+      .transaction(async (trx) => {
+        const body = intent.requestBody as Record<string, any>
+        const instructions: Record<string, unknown> = {}
+        if ('bankingInstructions' in result && result.bankingInstructions)
+          instructions.bankingInstructions = result.bankingInstructions
+        if ('paymentUrl' in result && result.paymentUrl) instructions.paymentUrl = result.paymentUrl
+        const applied = await ledger.applyInTransaction(trx, {
+          payoutId: result.payoutId,
+          status: mapExecuteStatus(result.status),
+          step: 'initiated',
+          source: intent.attempts > 1 ? 'recovery' : 'execute',
+          eventType: 'execute',
+          fields: {
+            ownerId: intent.ownerId,
+            flow: result.flow,
+            quoteId: result.quoteId,
+            sourceAmount: body.amount,
+            sourceCurrency: body.fromCurrency,
+            payoutCurrency: body.toCurrency,
+            payoutAmount: result.toAmount,
+            toAmount: result.toAmount,
+            fees: result.fees,
+            partnerFxRate: result.partnerFxRate,
+            effectiveRate: result.effectiveRate,
+            recipientId: body.recipientId,
+            recipientPaymentMethodId: body.recipientPaymentMethodId,
+            paymentPurpose: body.paymentPurpose,
+            reference: body.reference,
+            instructions: Object.keys(instructions).length > 0 ? instructions : null,
+          },
+        })
+        change = applied.change
+        if (result.flow === 'stablecoin_to_fiat') {
+          await EscrowDeposit.updateOrCreate(
+            { quoteId: result.quoteId },
+            {
+              payoutUuid: result.payoutId,
+              escrowAddress: result.escrowAddress,
+              tokenAddress: result.tokenAddress,
+              chainId: result.chainId,
+              amountAtomic: result.depositAmountAtomic.toString(),
+              state: 'awaiting_deposit',
+            },
+            { client: trx }
+          )
+        }
+        intent.useTransaction(trx)
+        intent.state = 'succeeded'
+        intent.payoutUuid = result.payoutId
+        intent.response = JSON.parse(JSON.stringify(result, JSON_SAFE))
+        intent.error = null
+        await intent.save()
+        return applied.result.payout
+      })
+    await ledger.notify(change)
+    return { result, payout, intent }
+  }
+
+  /**
+   * Re-sends intents whose outcome is unknown (or that a crash left pending) with their
+   * original key, inside the replay window; flags the others for a human.
+   */
+  async recover(options: { olderThanMs?: number; limit?: number } = {}): Promise<RecoverySummary> {
+    const now = this.#options.now()
+    const olderThan = now.minus({ milliseconds: options.olderThanMs ?? 60_000 })
+    const summary: RecoverySummary = { resent: 0, succeeded: 0, failed: 0, unknown: 0, flagged: 0 }
+    const intents = await ExecutionIntent.query({ connection: this.#options.connection })
+      .whereIn('state', ['pending', 'unknown'])
+      .where(
+        'updated_at',
+        '<=',
+        dbDate(this.#options.db.connection(this.#options.connection), olderThan)
+      )
+      .orderBy('id', 'asc')
+      .limit(options.limit ?? 100)
+    const deadline = this.#options.idempotencyWindowMs - this.#options.safetyMarginMs
+    for (const intent of intents) {
+      if (now.diff(intent.createdAt).toMillis() > deadline) {
+        intent.state = 'needs_attention'
+        await intent.save()
+        summary.flagged++
+        continue
+      }
+      summary.resent++
+      try {
+        await this.#send(intent)
+        summary.succeeded++
+      } catch {
+        if (intent.state === 'failed') summary.failed++
+        else summary.unknown++
+      }
+    }
+    return summary
+  }
+}

@@ -1,0 +1,183 @@
+import { spawn } from 'node:child_process'
+import { test } from '@japa/runner'
+import { DateTime } from 'luxon'
+import { PayoutsClient } from '../../src/client/main.ts'
+import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
+import { PayoutLedger, type PayoutChange } from '../../src/ledger/payout_ledger.ts'
+import { EscrowDeposit, ExecutionIntent, Payout } from '../../src/models/main.ts'
+import { startEmulator } from '../emulator/helpers.ts'
+import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
+
+async function setup(
+  cleanup: (fn: () => Promise<void>) => void,
+  clientOptions: Record<string, unknown> = {}
+) {
+  const { db, prefix } = await setupDatabase(cleanup, 'executor')
+  const emu = await startEmulator(cleanup, { rateLimits: false })
+  const client = new PayoutsClient({
+    apiKey: emu.apiKey,
+    baseUrl: emu.baseUrl,
+    rateLimiter: false,
+    ...clientOptions,
+  })
+  cleanup(() => client.close())
+  const changes: PayoutChange[] = []
+  const ledger = new PayoutLedger(db, { onChange: (c) => void changes.push(c) })
+  const executor = new PayoutExecutor({ db, ledger, client })
+  const recipient = emu.admin.seedRecipient()
+  const body = {
+    fromCurrency: 'USD',
+    toCurrency: 'MXN',
+    amount: 100,
+    recipientId: recipient.id,
+    userPaymentMethodId: emu.admin.accountPaymentMethodId,
+  }
+  return { db, prefix, emu, client, ledger, executor, body, changes }
+}
+
+test.group(`Ledger | executor (${TEST_DB})`, () => {
+  test('stores the intent before sending, then the payout, and fires one created change', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, executor, body, changes } = await setup(cleanup)
+    const { result, payout, intent } = await executor.execute(body, { ownerId: 'tenant-1' })
+    assert.equal(intent.state, 'succeeded')
+    assert.equal(emu.admin.payouts()[0].idempotencyKey, intent.idempotencyKey)
+    assert.equal(payout.payoutUuid, result.payoutId)
+    assert.deepEqual(
+      [payout.status, payout.step, payout.ownerId, payout.flow],
+      ['pending', 'initiated', 'tenant-1', 'fiat_to_fiat']
+    )
+    assert.equal(payout.sourceAmount, '100')
+    assert.property(payout.instructions!, 'bankingInstructions')
+    assert.notProperty(payout.serialize(), 'instructions')
+    assert.lengthOf(changes, 1)
+  })
+
+  test('a stablecoin payout stores its escrow deposit, atomic amount as a string', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { executor, body } = await setup(cleanup)
+    const { result } = await executor.execute({
+      ...body,
+      fromCurrency: 'USDC',
+      userPaymentMethodId: undefined,
+      walletAddress: '0x' + '6'.repeat(40),
+    } as any)
+    const deposit = await EscrowDeposit.findByOrFail('quoteId', result.quoteId)
+    assert.equal(deposit.amountAtomic, '100000000')
+    assert.equal(deposit.state, 'awaiting_deposit')
+  })
+
+  test('a business-rule error marks the intent failed and stores no payout', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { executor, body } = await setup(cleanup)
+    await assert.rejects(() => executor.execute({ ...body, fromCurrency: 'JPY', amount: 5 }))
+    const [intent] = await ExecutionIntent.all()
+    assert.equal(intent.state, 'failed')
+    assert.equal(intent.error?.code, 'AMOUNT_OUT_OF_BOUNDS')
+    assert.lengthOf(await Payout.all(), 0)
+  })
+
+  test('an unknown outcome is recovered with the same key: exactly one payout at the service', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, executor, body } = await setup(cleanup, {
+      timeoutMs: 100,
+      retry: { maxRetries: 0 },
+    })
+    // The service processes the request, but the answer comes after the client gave up.
+    emu.admin.setFaults({ processingDelayMs: 300 })
+    await assert.rejects(() => executor.execute(body))
+    const [intent] = await ExecutionIntent.all()
+    assert.equal(intent.state, 'unknown')
+    await new Promise((resolve) => setTimeout(resolve, 400))
+    emu.admin.setFaults({})
+    const summary = await executor.recover({ olderThanMs: 0 })
+    assert.deepInclude(summary, { resent: 1, succeeded: 1 })
+    const payouts = emu.admin.payouts()
+    assert.lengthOf(payouts, 1)
+    assert.equal(payouts[0].idempotencyKey, intent.idempotencyKey)
+    await intent.refresh()
+    assert.equal(intent.state, 'succeeded')
+    assert.equal(intent.payoutUuid, payouts[0].payoutId)
+  })
+
+  test('past the replay window an intent is flagged for a human and never re-sent', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, db, ledger, client, body } = await setup(cleanup, { retry: { maxRetries: 0 } })
+    emu.admin.setFaults({ resetRate: 1, pathPrefixes: ['/rfq/execute'] })
+    const early = new PayoutExecutor({ db, ledger, client })
+    await assert.rejects(() => early.execute(body))
+    emu.admin.setFaults({})
+    const late = new PayoutExecutor({
+      db,
+      ledger,
+      client,
+      now: () => DateTime.now().plus({ hours: 23, minutes: 30 }),
+    })
+    const summary = await late.recover({ olderThanMs: 0 })
+    assert.deepInclude(summary, { flagged: 1, resent: 0 })
+    assert.equal((await ExecutionIntent.firstOrFail()).state, 'needs_attention')
+    assert.lengthOf(emu.admin.payouts(), 0)
+  })
+
+  test('crash: a process killed after storing the intent is recovered to exactly one payout', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, executor, body, prefix } = await setup(cleanup)
+    emu.admin.setFaults({ processingDelayMs: 800 })
+    const sqlite = (connectionConfig('executor').connection as { filename?: string }).filename
+    const child = spawn(
+      process.execPath,
+      ['--import=@poppinss/ts-exec', 'tests/ledger/fixtures/crash_child.ts'],
+      {
+        env: {
+          ...process.env,
+          SVC_TEST_SQLITE: sqlite,
+          CRASH_PREFIX: prefix,
+          CRASH_API_KEY: emu.apiKey,
+          CRASH_BASE_URL: emu.baseUrl,
+          CRASH_BODY: JSON.stringify(body),
+        },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      }
+    )
+    let output = ''
+    child.stdout.on('data', (chunk) => (output += chunk))
+    const exited = new Promise<NodeJS.Signals | null>((resolve) =>
+      child.on('exit', (_code, signal) => resolve(signal))
+    )
+    // Kill it once the intent is committed and the request is held by the service.
+    const started = Date.now()
+    while (!(await ExecutionIntent.first()) || emu.state.idempotency.size === 0) {
+      if (Date.now() - started > 20_000) throw new Error(`child never sent the request: ${output}`)
+      await new Promise((resolve) => setTimeout(resolve, 20))
+    }
+    child.kill('SIGKILL')
+    assert.equal(await exited, 'SIGKILL')
+    assert.notInclude(output, 'finished')
+    const intent = await ExecutionIntent.firstOrFail()
+    assert.equal(intent.state, 'pending', 'the response was never stored')
+    assert.lengthOf(await Payout.all(), 0)
+    await new Promise((resolve) => setTimeout(resolve, 900))
+    emu.admin.setFaults({})
+    const summary = await executor.recover({ olderThanMs: 0 })
+    assert.deepInclude(summary, { resent: 1, succeeded: 1 })
+    const atService = emu.admin.payouts().filter((p) => p.idempotencyKey === intent.idempotencyKey)
+    assert.lengthOf(atService, 1)
+    assert.lengthOf(emu.admin.payouts(), 1)
+    const local = await Payout.all()
+    assert.lengthOf(local, 1)
+    assert.equal(local[0].payoutUuid, atService[0].payoutId)
+    assert.equal(local[0].ownerId, 'tenant-crash')
+  }).timeout(60_000)
+})
