@@ -85,7 +85,9 @@ export class InboxStore {
       .select('id', 'state', 'attempts')
       .where((query) => {
         query.where('state', 'pending').orWhere((failed) => {
-          failed.whereIn('state', ['failed', 'processing']).where('next_attempt_at', '<=', dbDate(client, now))
+          failed
+            .whereIn('state', ['failed', 'processing'])
+            .where('next_attempt_at', '<=', dbDate(client, now))
         })
       })
       .orderBy('id', 'asc')
@@ -116,12 +118,15 @@ export class InboxStore {
   /** Marks a row done; `note` records why an authentic but unusable delivery was skipped. */
   async markProcessed(id: number, note: string | null = null) {
     const client = this.#client()
-    await client.from(this.table).where('id', id).update({
-      state: 'processed',
-      processed_at: dbDate(client),
-      next_attempt_at: null,
-      last_error: note,
-    })
+    await client
+      .from(this.table)
+      .where('id', id)
+      .update({
+        state: 'processed',
+        processed_at: dbDate(client),
+        next_attempt_at: null,
+        last_error: note,
+      })
   }
 
   /** Records a failure: retried at `retryAt`, or dead-lettered when it is null. */
