@@ -1,4 +1,4 @@
-import { readFile } from 'node:fs/promises'
+import { readdir, readFile } from 'node:fs/promises'
 import type Configure from '@adonisjs/core/commands/configure'
 import { stubsRoot } from './stubs/main.ts'
 
@@ -24,6 +24,18 @@ export async function configure(command: Configure) {
 
   const codemods = await command.createCodemods()
   await codemods.makeUsingStub(stubsRoot, 'config/payouts.stub', {})
+
+  // One migration, once: a second run finds it and publishes nothing.
+  const migrations = await readdir(command.app.makePath('database/migrations')).catch(() => [])
+  if (!migrations.some((file) => file.endsWith('_create_payouts_tables.ts'))) {
+    await codemods.makeUsingStub(stubsRoot, 'migrations/create_payouts_tables.stub', {
+      prefix: 'svc_',
+      migration: {
+        folder: 'database/migrations',
+        fileName: `${Date.now()}_create_payouts_tables.ts`,
+      },
+    })
+  }
   await codemods.updateRcFile((rcFile) => {
     rcFile.addProvider('@svc/adonis-payouts/payouts_provider')
     rcFile.addCommand('@svc/adonis-payouts/commands')

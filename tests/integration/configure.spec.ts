@@ -52,6 +52,13 @@ test.group('Configure', (group) => {
       '@svc/adonis-payouts/commands',
     ])
     await assert.fileContains('.env', 'PAYOUTS_BASE_URL=http://127.0.0.1:4010')
+    const migrations = await fs.readDir('database/migrations')
+    assert.lengthOf(migrations, 1)
+    assert.match(migrations[0].path, /^\d+_create_payouts_tables\.ts$/)
+    await assert.fileContains(`database/migrations/${migrations[0].path}`, [
+      `createPayoutsTables(this.schema, 'svc_')`,
+      `dropPayoutsTables(this.schema, 'svc_')`,
+    ])
     await assert.fileContains('start/env.ts', [
       'PAYOUTS_API_KEY: Env.schema.string()',
       'PAYOUTS_WEBHOOK_SECRET: Env.schema.string.optional()',
@@ -68,6 +75,7 @@ test.group('Configure', (group) => {
     const again = await ace.create(Configure, args)
     await again.exec()
     again.assertSucceeded()
+    assert.lengthOf(await fs.readDir('database/migrations'), 1)
     const second = await Promise.all(files.map((file) => fs.contents(file)))
     assert.deepEqual(second, first)
   })
