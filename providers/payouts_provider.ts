@@ -12,16 +12,47 @@ export default class PayoutsProvider {
   constructor(protected app: ApplicationService) {}
 
   register() {
-    this.app.container.singleton(PayoutsService, async () => {
+    this.app.container.singleton(PayoutsService, async (resolver) => {
       const { defineConfig } = await import('../src/define_config.ts')
       // Validated again here so a plain object (or a config edited by hand) is reported
       // with its key at boot, not at the first API call.
       const config = defineConfig(this.app.config.get('payouts'))
-      const logger = await this.app.container.make('logger')
-      this.#service = new PayoutsService(config, logger)
+      const logger = await resolver.make('logger')
+      const emitter = await resolver.make('emitter')
+      const hasLucid = this.app.container.hasBinding('lucid.db')
+      this.#service = new PayoutsService(config, {
+        logger,
+        emitter,
+        database: hasLucid ? () => this.app.container.make('lucid.db') : undefined,
+      })
       return this.#service
     })
     this.app.container.alias('payouts.manager', PayoutsService)
+  }
+
+  /**
+   * Points the models at the configured tables, and swaps the stock bodyparser for one that skips the webhook route, so its handler reads
+   * the untouched request stream (the host app's kernel stays as it is).
+   */
+  async boot() {
+    // Models point at the configured prefix before any host code queries them.
+    const ledger = this.app.config.get('payouts.ledger', {}) as {
+      enabled?: boolean
+      tablePrefix?: string
+      connection?: string
+    }
+    if (ledger.enabled !== false && this.app.container.hasBinding('lucid.db')) {
+      const { configureModels } = await import('../src/models/main.ts')
+      configureModels(ledger.tablePrefix ?? 'svc_', ledger.connection)
+    }
+
+    const { default: BodyParserMiddleware } = await import('@adonisjs/core/bodyparser_middleware')
+    const { createSkippingBodyParser } = await import('../src/webhooks/skipping_bodyparser.ts')
+    const path = () => this.app.config.get('payouts.webhook.path', '/webhooks/payouts') as string
+    const Skipping = createSkippingBodyParser(path)
+    this.app.container.singleton(BodyParserMiddleware, () => {
+      return new Skipping(this.app.config.get('bodyparser'), this.app.experimentalFlags)
+    })
   }
 
   /** Closes the client's keep-alive sockets and the service's timers. */

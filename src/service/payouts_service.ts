@@ -1,26 +1,54 @@
 import type { Logger } from '@adonisjs/core/logger'
+import type { EmitterService } from '@adonisjs/core/types'
+import type { HttpRouterService } from '@adonisjs/core/types'
+import type { Database } from '@adonisjs/lucid/database'
 import { PayoutsClient } from '../client/main.ts'
+import type { ExecuteInput } from '../client/payouts_client.ts'
 import type { PayoutsConfig } from '../define_config.ts'
+import { E_PAYOUTS_FEATURE_DISABLED } from '../errors.ts'
+import type { PayoutExecutor } from '../ledger/payout_executor.ts'
+import type { PayoutChange, PayoutLedger } from '../ledger/payout_ledger.ts'
+import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
+import type { InboxStore } from '../webhooks/inbox_store.ts'
+import type { PayoutChangedEvent } from '../types/events.ts'
+
+/** What the service needs from the host app; all resolved lazily. */
+export interface PayoutsServiceDeps {
+  logger: Logger
+  emitter?: EmitterService
+  /** The app's Lucid database; required by the ledger and the webhook inbox. */
+  database?: () => Promise<Database>
+  /** Broadcast of public payout changes (Transmit), when enabled. */
+  broadcast?: (event: PayoutChangedEvent) => void | Promise<void>
+}
+
+interface LedgerParts {
+  db: Database
+  ledger: PayoutLedger
+  executor: PayoutExecutor
+  inbox: InboxStore
+  processor: InboxProcessor
+}
 
 /**
- * The plugin's entry point inside an AdonisJS app: a configured client today, and the
- * ledger, webhook pipeline and jobs built on it. Resolved from the container as
- * `payouts.manager` or injected by class with `@inject()`.
+ * The plugin's entry point inside an AdonisJS app: a configured client, the ledger,
+ * the webhook route and its inbox. Resolved as `payouts.manager` or injected by class.
  */
 export class PayoutsService {
   readonly config: PayoutsConfig
-  #logger?: Logger
+  #deps: PayoutsServiceDeps
   #client?: PayoutsClient
+  #parts?: Promise<LedgerParts>
 
-  constructor(config: PayoutsConfig, logger?: Logger) {
+  constructor(config: PayoutsConfig, deps: PayoutsServiceDeps) {
     this.config = config
-    this.#logger = logger
+    this.#deps = deps
   }
 
   /** The framework-free API client, created on first use. */
   get client(): PayoutsClient {
     if (!this.#client) {
-      const logger = this.#logger
+      const logger = this.#deps.logger
       this.#client = new PayoutsClient({
         apiKey: this.config.apiKey,
         baseUrl: this.config.baseUrl,
@@ -29,19 +57,152 @@ export class PayoutsService {
         retry: this.config.retry,
         rateLimiter: this.config.clientRateLimiter,
         paths: this.config.paths,
-        logger: logger
-          ? {
-              debug: (obj, msg) => logger.debug(obj, msg),
-              warn: (obj, msg) => logger.warn(obj, msg),
-            }
-          : undefined,
+        logger: {
+          debug: (obj, msg) => logger.debug(obj, msg),
+          warn: (obj, msg) => logger.warn(obj, msg),
+        },
       })
     }
     return this.#client
   }
 
+  /** Ledger, executor and inbox, built once on first use (Lucid loaded lazily). */
+  parts(): Promise<LedgerParts> {
+    if (!this.config.ledger.enabled || !this.#deps.database) {
+      return Promise.reject(new E_PAYOUTS_FEATURE_DISABLED(['ledger']))
+    }
+    this.#parts ??= this.#buildParts()
+    return this.#parts
+  }
+
+  async #buildParts(): Promise<LedgerParts> {
+    const [
+      { configureModels },
+      { PayoutLedger },
+      { PayoutExecutor },
+      { InboxStore },
+      { InboxProcessor },
+      mapper,
+    ] = await Promise.all([
+      import('../models/main.ts'),
+      import('../ledger/payout_ledger.ts'),
+      import('../ledger/payout_executor.ts'),
+      import('../webhooks/inbox_store.ts'),
+      import('../webhooks/inbox_processor.ts'),
+      import('../webhooks/event_mapper.ts'),
+    ])
+    const { tableNames } = await import('../database/schema.ts')
+    const { toChangedEvent } = await import('../ledger/payout_ledger.ts')
+    const { tablePrefix, connection } = this.config.ledger
+    configureModels(tablePrefix, connection)
+    const db = await this.#deps.database!()
+    const ledger = new PayoutLedger(
+      db,
+      { onChange: (change) => this.#onChange(change, toChangedEvent) },
+      connection
+    )
+    const executor = new PayoutExecutor({ db, ledger, client: this.client, connection })
+    const inbox = new InboxStore(db, tableNames(tablePrefix).webhookDeliveries, connection)
+    const processor = new InboxProcessor({
+      store: inbox,
+      logger: this.#deps.logger,
+      handler: async (envelope, row) => {
+        const mapped = mapper.observationFromEvent(
+          envelope,
+          row.source as 'webhook',
+          row.deliveryId
+        )
+        if ('skip' in mapped) return mapped.skip
+        await ledger.apply(mapped.observation)
+      },
+    })
+    return { db, ledger, executor, inbox, processor }
+  }
+
+  /** App events and broadcasts, after COMMIT, once per real change. */
+  async #onChange(change: PayoutChange, project: (change: PayoutChange) => PayoutChangedEvent) {
+    const event = project(change)
+    const emitter = this.#deps.emitter
+    try {
+      if (emitter) {
+        if (change.created) await emitter.emit('payouts:created', event)
+        if (!change.created || event.status !== 'pending')
+          await emitter.emit('payouts:status_updated', event)
+        if (event.status !== change.previous?.status) {
+          if (event.status === 'completed') await emitter.emit('payouts:completed', event)
+          if (event.status === 'failed') await emitter.emit('payouts:failed', event)
+          if (event.status === 'cancelled') await emitter.emit('payouts:cancelled', event)
+        }
+      }
+      await this.#deps.broadcast?.(event)
+    } catch (error) {
+      // The change is committed; a failing listener must not undo or repeat it.
+      this.#deps.logger.error({ err: error, payoutId: event.payoutId }, 'payouts listener failed')
+    }
+  }
+
+  /**
+   * Executes a payout through the ledger: intent first (crash-safe), then the API call,
+   * then the local row. `ownerId` ties it to a user or tenant of the host app.
+   */
+  async execute(input: ExecuteInput, options: { ownerId?: string | null } = {}) {
+    const { executor } = await this.parts()
+    return executor.execute(input, options)
+  }
+
+  /** Re-sends unknown execution intents with their original key (see PayoutExecutor). */
+  async recover(options?: { olderThanMs?: number; limit?: number }) {
+    const { executor } = await this.parts()
+    return executor.recover(options)
+  }
+
+  /** Secrets the webhook route accepts now: current, then previous during its grace. */
+  webhookSecrets(now = Date.now()): string[] {
+    const { secret, previousSecret, previousSecretValidUntil } = this.config.webhook
+    const secrets = secret ? [secret] : []
+    if (previousSecret && previousSecretValidUntil && Date.parse(previousSecretValidUntil) > now) {
+      secrets.push(previousSecret)
+    }
+    return secrets
+  }
+
+  /**
+   * Adds `POST <webhook.path>` to the host app (like `transmit.registerRoutes()`). The
+   * provider makes the bodyparser skip it, so the signature is checked over raw bytes.
+   */
+  async registerRoutes(router: HttpRouterService) {
+    const { WebhookReceiver } = await import('../webhooks/webhook_receiver.ts')
+    const receiver = new WebhookReceiver({
+      inbox: {
+        insert: async (input) => {
+          const { inbox } = await this.parts()
+          return inbox.insert(input)
+        },
+      },
+      secrets: () => this.webhookSecrets(),
+      toleranceSeconds: this.config.webhook.toleranceSeconds,
+      maxBodyBytes: this.config.webhook.maxBodyBytes,
+      logger: this.#deps.logger,
+      onStored: () => void this.parts().then(({ processor }) => processor.kick()),
+    })
+    return router
+      .post(this.config.webhook.path, (ctx) => receiver.handle(ctx))
+      .as('payouts.webhook')
+  }
+
+  /** Processes every due inbox row now (tests, commands, the retry timer). */
+  async drainInbox() {
+    const { processor } = await this.parts()
+    await processor.idle()
+    return processor.drain()
+  }
+
   /** Closes sockets and timers; called by the provider on shutdown. */
   async close() {
+    if (this.#parts) {
+      const parts = await this.#parts.catch(() => null)
+      await parts?.processor.idle()
+    }
     await this.#client?.close()
     this.#client = undefined
   }

@@ -1,6 +1,7 @@
 import type { Logger } from '@adonisjs/core/logger'
 import { eventEnvelopeSchema, type EventEnvelope } from '../schemas/events.ts'
 import type { InboxRow, InboxStore } from './inbox_store.ts'
+import { PermanentEventError } from './event_mapper.ts'
 
 /** Applies one stored event; throwing leaves the row to be retried. */
 export type InboxHandler = (envelope: EventEnvelope, row: InboxRow) => Promise<string | void>
@@ -97,7 +98,7 @@ export class InboxProcessor {
     } catch (error) {
       const message = (error as Error).message ?? String(error)
       const retryAt =
-        row.attempts >= this.#options.maxAttempts
+        error instanceof PermanentEventError || row.attempts >= this.#options.maxAttempts
           ? null
           : new Date(
               this.#options.now().getTime() + this.#options.baseBackoffMs * 2 ** (row.attempts - 1)

@@ -6,7 +6,7 @@ import type { InboxStore } from './inbox_store.ts'
 
 /** Options of the signed webhook route. */
 export interface WebhookReceiverOptions {
-  inbox: InboxStore
+  inbox: Pick<InboxStore, 'insert'>
   /** Current secret first, then the previous one while its grace period lasts. */
   secrets: () => string[]
   toleranceSeconds: number

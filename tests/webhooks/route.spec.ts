@@ -1,0 +1,333 @@
+import { randomUUID } from 'node:crypto'
+import { test } from '@japa/runner'
+import { request } from 'undici'
+import { Payout, WebhookDelivery } from '../../src/models/main.ts'
+import { signPayload } from '../../src/signature/main.ts'
+import { TEST_DB } from '../helpers/database.ts'
+import { startHttpApp, type HttpApp } from '../helpers/http_app.ts'
+
+const SECRET = 'whsec_current_secret'
+const now = () => Math.floor(Date.now() / 1000)
+
+function createdEvent(payoutId = randomUUID()) {
+  return {
+    type: 'payout.created',
+    createdAt: new Date().toISOString(),
+    data: {
+      payoutId,
+      transactionType: 'fiat_to_fiat',
+      payoutAmount: 1701.45,
+      payoutCurrency: 'MXN',
+      sourceCurrency: 'USD',
+      recipientId: randomUUID(),
+      status: 'pending',
+      createdAt: new Date().toISOString(),
+    },
+  }
+}
+
+function statusEvent(payoutId: string, status: string, step: string) {
+  return {
+    type: 'payout.status.updated',
+    createdAt: new Date().toISOString(),
+    data: { payoutId, status, provider: 'rail', step, stepChangedAt: new Date().toISOString() },
+  }
+}
+
+async function post(
+  app: HttpApp,
+  body: Buffer | string,
+  headers: Record<string, string | undefined>
+) {
+  const clean = Object.fromEntries(
+    Object.entries(headers).filter(([, v]) => v !== undefined)
+  ) as Record<string, string>
+  const response = await request(`${app.url}/webhooks/payouts`, {
+    method: 'POST',
+    body,
+    headers: { 'content-type': 'application/json', ...clean },
+  })
+  return { status: response.statusCode, body: await response.body.text() }
+}
+
+/** A signed delivery, as the service sends it. */
+function signed(
+  raw: Buffer | string,
+  options: { secret?: string; t?: number; id?: string; type?: string } = {}
+) {
+  const t = options.t ?? now()
+  return {
+    'svc-signature': signPayload(options.secret ?? SECRET, t, raw),
+    'svc-delivery-id': options.id ?? `dlv_${randomUUID()}`,
+    'svc-event-type': options.type ?? 'payout.created',
+  }
+}
+
+test.group(`Webhooks | signed route (${TEST_DB})`, () => {
+  test('a valid delivery is stored, acknowledged, then applied to the ledger', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup)
+    const event = createdEvent()
+    const raw = JSON.stringify(event)
+    const res = await post(app, raw, signed(raw))
+    assert.equal(res.status, 200)
+    await app.payouts.drainInbox()
+    const payout = await Payout.findByOrFail('payoutUuid', event.data.payoutId)
+    assert.deepEqual(
+      [payout.status, payout.step, payout.payoutAmount],
+      ['pending', 'initiated', '1701.45']
+    )
+    const [row] = await WebhookDelivery.all()
+    assert.equal(row.state, 'processed')
+    assert.equal(row.body.toString(), raw)
+    assert.deepEqual(
+      app.events.filter((e) => e.name.startsWith('payouts:')).map((e) => e.name),
+      ['payouts:created']
+    )
+  })
+
+  test('rejections answer 400 with a generic body: {name}')
+    .with([
+      {
+        name: 'tampered body',
+        mutate: (raw: string) => ({
+          body: raw.replace('1701.45', '9701.45'),
+          headers: signed(raw),
+        }),
+      },
+      {
+        name: 'wrong secret',
+        mutate: (raw: string) => ({ body: raw, headers: signed(raw, { secret: 'whsec_other' }) }),
+      },
+      {
+        name: 'stale timestamp',
+        mutate: (raw: string) => ({ body: raw, headers: signed(raw, { t: now() - 301 }) }),
+      },
+      {
+        name: 'future timestamp',
+        mutate: (raw: string) => ({ body: raw, headers: signed(raw, { t: now() + 301 }) }),
+      },
+      {
+        name: 'missing signature',
+        mutate: (raw: string) => ({
+          body: raw,
+          headers: { ...signed(raw), 'svc-signature': undefined },
+        }),
+      },
+      {
+        name: 'malformed signature',
+        mutate: (raw: string) => ({
+          body: raw,
+          headers: { ...signed(raw), 'svc-signature': 't=1,v1=zz' },
+        }),
+      },
+      {
+        name: 'missing delivery id',
+        mutate: (raw: string) => ({
+          body: raw,
+          headers: { ...signed(raw), 'svc-delivery-id': undefined },
+        }),
+      },
+      {
+        name: 'malformed delivery id',
+        mutate: (raw: string) => ({
+          body: raw,
+          headers: { ...signed(raw), 'svc-delivery-id': 'bad id with spaces' },
+        }),
+      },
+    ])
+    .run(async ({ assert, cleanup }, row) => {
+      const app = await startHttpApp(cleanup)
+      const raw = JSON.stringify(createdEvent())
+      const { body, headers } = row.mutate(raw)
+      const res = await post(app, body, headers)
+      assert.deepEqual([res.status, res.body], [400, '{"error":"invalid webhook"}'])
+      assert.lengthOf(await WebhookDelivery.all(), 0)
+    })
+
+  test('several v1 values: any one matching is enough; other schemes are ignored', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup)
+    const raw = JSON.stringify(createdEvent())
+    const good = signed(raw)
+    const v1 = good['svc-signature'].split(',v1=')[1]
+    const header = `t=${good['svc-signature'].slice(2, 12)},v1=${'0'.repeat(64)},v2=${'f'.repeat(64)},v1=${v1}`
+    assert.equal((await post(app, raw, { ...good, 'svc-signature': header })).status, 200)
+  })
+
+  test('the previous secret is accepted during the grace period and refused after it', async ({
+    assert,
+    cleanup,
+  }) => {
+    const inGrace = await startHttpApp(cleanup, {
+      webhook: {
+        secret: 'whsec_new',
+        previousSecret: 'whsec_old',
+        previousSecretValidUntil: new Date(Date.now() + 60_000).toISOString(),
+      },
+    })
+    const raw = JSON.stringify(createdEvent())
+    assert.equal((await post(inGrace, raw, signed(raw, { secret: 'whsec_old' }))).status, 200)
+    assert.equal((await post(inGrace, raw, signed(raw, { secret: 'whsec_new' }))).status, 200)
+    const expired = await startHttpApp(cleanup, {
+      webhook: {
+        secret: 'whsec_new',
+        previousSecret: 'whsec_old',
+        previousSecretValidUntil: new Date(Date.now() - 1000).toISOString(),
+      },
+    })
+    assert.equal((await post(expired, raw, signed(raw, { secret: 'whsec_old' }))).status, 400)
+  })
+
+  test('a body over 256 KB gets 413 without being stored', async ({ assert, cleanup }) => {
+    const app = await startHttpApp(cleanup)
+    const raw = JSON.stringify({ ...createdEvent(), pad: 'x'.repeat(300 * 1024) })
+    const res = await post(app, raw, signed(raw))
+    assert.equal(res.status, 413)
+    assert.lengthOf(await WebhookDelivery.all(), 0)
+  })
+
+  test('bodies with a BOM or invalid UTF-8 verify over their raw bytes and are kept byte for byte', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup)
+    const withBom = Buffer.concat([
+      Buffer.from([0xef, 0xbb, 0xbf]),
+      Buffer.from(JSON.stringify(createdEvent())),
+    ])
+    const invalidUtf8 = Buffer.concat([
+      Buffer.from('{"type":"payout.created","data":{"payoutId":"'),
+      Buffer.from([0xc3, 0x28]),
+      Buffer.from('"}}'),
+    ])
+    for (const raw of [withBom, invalidUtf8]) {
+      const headers = signed(raw)
+      assert.equal((await post(app, raw, headers)).status, 200)
+      const row = await WebhookDelivery.findByOrFail('deliveryId', headers['svc-delivery-id'])
+      assert.isTrue(row.body.equals(raw))
+    }
+  })
+
+  test('a duplicate Svc-Delivery-Id answers 200 and does nothing more', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup)
+    const raw = JSON.stringify(createdEvent())
+    const headers = signed(raw)
+    assert.equal((await post(app, raw, headers)).status, 200)
+    const again = await post(app, raw, headers)
+    assert.deepEqual([again.status, JSON.parse(again.body).duplicate], [200, true])
+    await app.payouts.drainInbox()
+    assert.lengthOf(await WebhookDelivery.all(), 1)
+    assert.lengthOf(
+      app.events.filter((e) => e.name === 'payouts:created'),
+      1
+    )
+  })
+
+  test('out-of-order deliveries and a replay with a new id end in one completion', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup)
+    const payoutId = randomUUID()
+    const sequence = [
+      statusEvent(payoutId, 'completed', 'delivered'),
+      statusEvent(payoutId, 'processing', 'converting'),
+      createdEvent(payoutId),
+      statusEvent(payoutId, 'processing', 'collected'),
+    ]
+    for (const event of sequence) {
+      const raw = JSON.stringify(event)
+      assert.equal((await post(app, raw, signed(raw, { type: event.type }))).status, 200)
+    }
+    // The service replays the completion with a new delivery id.
+    const replay = JSON.stringify(sequence[0])
+    assert.equal(
+      (await post(app, replay, signed(replay, { type: 'payout.status.updated' }))).status,
+      200
+    )
+    await app.payouts.drainInbox()
+    const payout = await Payout.findByOrFail('payoutUuid', payoutId)
+    assert.deepEqual([payout.status, payout.step], ['completed', 'delivered'])
+    assert.isNotNull(payout.completedAt)
+    assert.lengthOf(
+      app.events.filter((e) => e.name === 'payouts:completed'),
+      1
+    )
+    assert.lengthOf(
+      app.events.filter((e) => e.name === 'payouts:created'),
+      1
+    )
+    assert.lengthOf(await WebhookDelivery.query().where('state', 'processed'), 5)
+  })
+
+  test('unknown event types are stored and acknowledged, never applied', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup)
+    const raw = JSON.stringify({
+      type: 'payout.delivered',
+      createdAt: new Date().toISOString(),
+      data: { payoutId: randomUUID() },
+    })
+    assert.equal((await post(app, raw, signed(raw, { type: 'payout.delivered' }))).status, 200)
+    await app.payouts.drainInbox()
+    const [row] = await WebhookDelivery.all()
+    assert.equal(row.state, 'processed')
+    assert.match(row.lastError!, /unknown event type/)
+    assert.lengthOf(await Payout.all(), 0)
+  })
+
+  test("a database failure during insert answers 5xx; the service's retry is then stored", async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup)
+    const db = await app.app.container.make('lucid.db')
+    const table = `${app.prefix}webhook_deliveries`
+    const raw = JSON.stringify(createdEvent())
+    const headers = signed(raw)
+    await db.connection().schema.renameTable(table, `${table}_away`)
+    const failed = await post(app, raw, headers)
+    await db.connection().schema.renameTable(`${table}_away`, table)
+    assert.equal(failed.status, 503)
+    assert.notInclude(failed.body, SECRET)
+    const retried = await post(app, raw, headers)
+    assert.equal(retried.status, 200)
+    assert.lengthOf(await WebhookDelivery.all(), 1)
+  })
+
+  test("the bodyparser still parses JSON on the app's other routes", async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup)
+    const response = await request(`${app.url}/echo`, {
+      method: 'POST',
+      body: '{"a":1}',
+      headers: { 'content-type': 'application/json' },
+    })
+    assert.deepEqual(await response.body.json(), { a: 1 })
+  })
+
+  test('a failed handler retries with backoff and dead-letters after N attempts', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup)
+    const raw = JSON.stringify({ type: 'payout.status.updated', data: { status: 'processing' } })
+    assert.equal((await post(app, raw, signed(raw, { type: 'payout.status.updated' }))).status, 200)
+    await app.payouts.drainInbox()
+    const [row] = await WebhookDelivery.all()
+    assert.equal(row.state, 'dead', 'an event without a payout id can never apply: dead at once')
+    assert.match(row.lastError!, /payoutId/)
+  })
+})
