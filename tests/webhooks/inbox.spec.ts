@@ -1,0 +1,113 @@
+import { test } from '@japa/runner'
+import { Logger } from '@adonisjs/core/logger'
+import { tableNames } from '../../src/database/schema.ts'
+import { WebhookDelivery } from '../../src/models/main.ts'
+import { InboxProcessor } from '../../src/webhooks/inbox_processor.ts'
+import { InboxStore } from '../../src/webhooks/inbox_store.ts'
+import { setupDatabase, TEST_DB } from '../helpers/database.ts'
+
+const logger = new Logger({ enabled: false })
+const event = Buffer.from(JSON.stringify({ type: 'payout.created', data: { payoutId: 'p1' } }))
+
+test.group(`Webhooks | inbox (${TEST_DB})`, () => {
+  test('a failing handler is retried with exponential backoff, then dead-lettered', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
+    const store = new InboxStore(db, tableNames(prefix).webhookDeliveries)
+    await store.insert({
+      deliveryId: 'd1',
+      eventType: 'payout.created',
+      rawBody: event,
+      signatureHeader: 't=1,v1=x',
+      source: 'webhook',
+    })
+    let clock = Date.parse('2026-01-01T00:00:00Z')
+    let calls = 0
+    const processor = new InboxProcessor({
+      store,
+      logger,
+      maxAttempts: 3,
+      baseBackoffMs: 1000,
+      now: () => new Date(clock),
+      handler: async () => {
+        calls++
+        throw new Error('database is away')
+      },
+    })
+    assert.equal(await processor.drain(), 1)
+    let row = await WebhookDelivery.findByOrFail('deliveryId', 'd1')
+    assert.deepEqual([row.state, row.attempts, row.lastError], ['failed', 1, 'database is away'])
+    assert.equal(await processor.drain(), 0, 'not due before the backoff expires')
+    clock += 1000
+    assert.equal(await processor.drain(), 1)
+    clock += 1999
+    assert.equal(await processor.drain(), 0, 'second backoff is 2 s')
+    clock += 1
+    assert.equal(await processor.drain(), 1)
+    row = await WebhookDelivery.findByOrFail('deliveryId', 'd1')
+    assert.deepEqual([row.state, row.attempts], ['dead', 3])
+    clock += 3600_000
+    assert.equal(await processor.drain(), 0)
+    assert.equal(calls, 3)
+  })
+
+  test('a row left processing by a dead process is taken over when its lease expires', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
+    const store = new InboxStore(db, tableNames(prefix).webhookDeliveries)
+    await store.insert({
+      deliveryId: 'd2',
+      eventType: 'payout.created',
+      rawBody: event,
+      signatureHeader: null,
+      source: 'webhook',
+    })
+    const t0 = new Date('2026-01-01T00:00:00Z')
+    const claimed = await store.claimDue(t0, 10, 60_000)
+    assert.lengthOf(claimed, 1)
+    // The claimer "crashes": nothing marks the row. Another instance looks too early, then late.
+    assert.lengthOf(await store.claimDue(new Date(t0.getTime() + 30_000), 10, 60_000), 0)
+    const handled: string[] = []
+    const processor = new InboxProcessor({
+      store,
+      logger,
+      now: () => new Date(t0.getTime() + 61_000),
+      handler: async (envelope) => void handled.push(envelope.type),
+    })
+    assert.equal(await processor.drain(), 1)
+    assert.deepEqual(handled, ['payout.created'])
+    assert.equal((await WebhookDelivery.findByOrFail('deliveryId', 'd2')).state, 'processed')
+  })
+
+  test('two processors draining at once handle each row exactly once', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
+    const store = new InboxStore(db, tableNames(prefix).webhookDeliveries)
+    for (let i = 0; i < 30; i++) {
+      await store.insert({
+        deliveryId: `d${i}`,
+        eventType: 'payout.created',
+        rawBody: event,
+        signatureHeader: null,
+        source: 'webhook',
+      })
+    }
+    const seen: number[] = []
+    const make = () =>
+      new InboxProcessor({
+        store,
+        logger,
+        batchSize: 7,
+        handler: async (_e, row) => void seen.push(row.id),
+      })
+    await Promise.all([make().drain(), make().drain()])
+    assert.lengthOf(seen, 30)
+    assert.lengthOf(new Set(seen), 30)
+  })
+})
