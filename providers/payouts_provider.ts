@@ -55,6 +55,13 @@ export default class PayoutsProvider {
     })
   }
 
+  /** In the web process, retry due inbox rows on an interval (config webhook.retryIntervalMs). */
+  async ready() {
+    if (this.app.getEnvironment() !== 'web' || !this.app.container.hasBinding('lucid.db')) return
+    const service = await this.app.container.make(PayoutsService)
+    if (service.config.ledger.enabled) service.startInboxWorker()
+  }
+
   /** Closes the client's keep-alive sockets and the service's timers. */
   async shutdown() {
     await this.#service?.close()

@@ -33,8 +33,15 @@ export const payoutsConfigSchema = z.object({
         .int()
         .positive()
         .default(256 * 1024),
+      /** How often the web process retries due inbox rows; 0 leaves it to a worker. */
+      retryIntervalMs: z.number().int().min(0).default(5000),
     })
-    .default({ path: '/webhooks/payouts', toleranceSeconds: 300, maxBodyBytes: 256 * 1024 }),
+    .default({
+      path: '/webhooks/payouts',
+      toleranceSeconds: 300,
+      maxBodyBytes: 256 * 1024,
+      retryIntervalMs: 5000,
+    }),
   ledger: z
     .object({
       enabled: z.boolean().default(true),

@@ -39,6 +39,7 @@ export class PayoutsService {
   #deps: PayoutsServiceDeps
   #client?: PayoutsClient
   #parts?: Promise<LedgerParts>
+  #inboxTimer?: NodeJS.Timeout
 
   constructor(config: PayoutsConfig, deps: PayoutsServiceDeps) {
     this.config = config
@@ -197,8 +198,24 @@ export class PayoutsService {
     return processor.drain()
   }
 
+  /**
+   * Retries due inbox rows on an interval in this process (rows survive restarts in the
+   * database, so a restarted app picks up where the last one stopped).
+   */
+  startInboxWorker(intervalMs = this.config.webhook.retryIntervalMs) {
+    if (intervalMs <= 0 || this.#inboxTimer) return
+    this.#inboxTimer = setInterval(() => {
+      this.parts()
+        .then(({ processor }) => processor.kick())
+        .catch((error) => this.#deps.logger.error({ err: error }, 'payouts inbox worker failed'))
+    }, intervalMs)
+    this.#inboxTimer.unref()
+  }
+
   /** Closes sockets and timers; called by the provider on shutdown. */
   async close() {
+    clearInterval(this.#inboxTimer)
+    this.#inboxTimer = undefined
     if (this.#parts) {
       const parts = await this.#parts.catch(() => null)
       await parts?.processor.idle()
