@@ -8,6 +8,7 @@ import type { PayoutsConfig } from '../define_config.ts'
 import { E_PAYOUTS_FEATURE_DISABLED } from '../errors.ts'
 import type { PayoutExecutor } from '../ledger/payout_executor.ts'
 import type { PayoutChange, PayoutLedger } from '../ledger/payout_ledger.ts'
+import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
 import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
 import type { InboxStore } from '../webhooks/inbox_store.ts'
 import type { PayoutChangedEvent } from '../types/events.ts'
@@ -26,6 +27,7 @@ interface LedgerParts {
   db: Database
   ledger: PayoutLedger
   executor: PayoutExecutor
+  recipients: RecipientsMirror
   inbox: InboxStore
   processor: InboxProcessor
 }
@@ -93,6 +95,7 @@ export class PayoutsService {
       import('../webhooks/event_mapper.ts'),
     ])
     const { tableNames } = await import('../database/schema.ts')
+    const { RecipientsMirror } = await import('../ledger/recipients_mirror.ts')
     const { toChangedEvent } = await import('../ledger/payout_ledger.ts')
     const { tablePrefix, connection } = this.config.ledger
     configureModels(tablePrefix, connection)
@@ -117,7 +120,8 @@ export class PayoutsService {
         await ledger.apply(mapped.observation)
       },
     })
-    return { db, ledger, executor, inbox, processor }
+    const recipients = new RecipientsMirror(this.client, connection)
+    return { db, ledger, executor, recipients, inbox, processor }
   }
 
   /** App events and broadcasts, after COMMIT, once per real change. */
@@ -149,6 +153,12 @@ export class PayoutsService {
   async execute(input: ExecuteInput, options: { ownerId?: string | null } = {}) {
     const { executor } = await this.parts()
     return executor.execute(input, options)
+  }
+
+  /** Recipients through the API, mirrored in the host app's table. */
+  async recipients(): Promise<RecipientsMirror> {
+    const { recipients } = await this.parts()
+    return recipients
   }
 
   /** Re-sends unknown execution intents with their original key (see PayoutExecutor). */
