@@ -46,7 +46,7 @@ const classification: Array<{
       {
         status: 429,
         body: { error: 'rate limit exceeded' },
-        headers: { 'retry-after': httpDate(30) },
+        headers: { 'retry-after': 'HTTP_DATE_30' },
       },
       ok,
     ],
@@ -123,7 +123,15 @@ test.group('Client | retry classification', () => {
   test('{name}')
     .with(classification)
     .run(async ({ assert, cleanup }, row) => {
-      const server = await startScriptedServer(row.replies)
+      // The HTTP date is made when the request arrives, not when the table was built.
+      const server = await startScriptedServer(() => {
+        const index = Math.min(server.requests.length - 1, row.replies.length - 1)
+        const reply = row.replies[index]
+        if (typeof reply === 'object' && reply.headers?.['retry-after'] === 'HTTP_DATE_30') {
+          return { ...reply, headers: { 'retry-after': httpDate(30) } }
+        }
+        return reply
+      })
       const { client, sleeps } = testClient(server.baseUrl, {
         retry: { baseDelayMs: 10 },
         timeoutMs: 300,
