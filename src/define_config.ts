@@ -42,6 +42,12 @@ export const payoutsConfigSchema = z.object({
       maxBodyBytes: 256 * 1024,
       retryIntervalMs: 5000,
     }),
+  transmit: z
+    .object({
+      payoutChannel: z.string().includes(':payoutId').default('payouts/:payoutId'),
+      ownerChannel: z.string().includes(':ownerId').default('payouts/owners/:ownerId'),
+    })
+    .default({ payoutChannel: 'payouts/:payoutId', ownerChannel: 'payouts/owners/:ownerId' }),
   ledger: z
     .object({
       enabled: z.boolean().default(true),

@@ -13,14 +13,27 @@ import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
 import type { InboxStore } from '../webhooks/inbox_store.ts'
 import type { PayoutChangedEvent } from '../types/events.ts'
 
+/** The part of Transmit the service uses (structural, so Transmit stays optional). */
+export interface ChannelBroadcaster<Ctx = any> {
+  authorize<Params extends Record<string, string>>(
+    channel: string,
+    callback: (ctx: Ctx, params: Params) => boolean | Promise<boolean>
+  ): void
+  broadcast(channel: string, payload?: any): void
+}
+
+/** Host-app callbacks deciding who may listen; a missing one denies everybody. */
+export interface ChannelAuthorizers<Ctx = any> {
+  payout?: (ctx: Ctx, payoutId: string) => boolean | Promise<boolean>
+  owner?: (ctx: Ctx, ownerId: string) => boolean | Promise<boolean>
+}
+
 /** What the service needs from the host app; all resolved lazily. */
 export interface PayoutsServiceDeps {
   logger: Logger
   emitter?: EmitterService
   /** The app's Lucid database; required by the ledger and the webhook inbox. */
   database?: () => Promise<Database>
-  /** Broadcast of public payout changes (Transmit), when enabled. */
-  broadcast?: (event: PayoutChangedEvent) => void | Promise<void>
 }
 
 interface LedgerParts {
@@ -42,6 +55,7 @@ export class PayoutsService {
   #client?: PayoutsClient
   #parts?: Promise<LedgerParts>
   #inboxTimer?: NodeJS.Timeout
+  #transmit?: ChannelBroadcaster
 
   constructor(config: PayoutsConfig, deps: PayoutsServiceDeps) {
     this.config = config
@@ -139,10 +153,36 @@ export class PayoutsService {
           if (event.status === 'cancelled') await emitter.emit('payouts:cancelled', event)
         }
       }
-      await this.#deps.broadcast?.(event)
+      this.#broadcast(event)
     } catch (error) {
       // The change is committed; a failing listener must not undo or repeat it.
       this.#deps.logger.error({ err: error, payoutId: event.payoutId }, 'payouts listener failed')
+    }
+  }
+
+  /**
+   * Authorizes the payout channels on Transmit and starts re-broadcasting every applied
+   * change there. Without a callback for a channel, nobody may listen to it.
+   */
+  registerChannels(transmit: ChannelBroadcaster, authorizers: ChannelAuthorizers = {}) {
+    const { payoutChannel, ownerChannel } = this.config.transmit
+    transmit.authorize<{ payoutId: string }>(payoutChannel, (ctx, params) =>
+      authorizers.payout ? authorizers.payout(ctx, params.payoutId) : false
+    )
+    transmit.authorize<{ ownerId: string }>(ownerChannel, (ctx, params) =>
+      authorizers.owner ? authorizers.owner(ctx, params.ownerId) : false
+    )
+    this.#transmit = transmit
+  }
+
+  /** Public fields only, on the payout's channel and its owner's. */
+  #broadcast(event: PayoutChangedEvent) {
+    if (!this.#transmit) return
+    const { payoutChannel, ownerChannel } = this.config.transmit
+    const payload = JSON.parse(JSON.stringify(event))
+    this.#transmit.broadcast(payoutChannel.replace(':payoutId', event.payoutId), payload)
+    if (event.ownerId) {
+      this.#transmit.broadcast(ownerChannel.replace(':ownerId', event.ownerId), payload)
     }
   }
 

@@ -32,6 +32,7 @@ export async function startHttpApp(
     .withCoreConfig()
     .merge({
       config: {
+        transmit: { pingInterval: false, transport: null },
         database: defineDbConfig({
           connection: 'primary',
           connections: { primary: connectionConfig('http') as any },
@@ -47,6 +48,7 @@ export async function startHttpApp(
       rcFileContents: {
         providers: [
           () => import('@adonisjs/lucid/database_provider'),
+          () => import('@adonisjs/transmit/transmit_provider'),
           () => import('../../providers/payouts_provider.ts'),
         ],
       },

@@ -1,0 +1,100 @@
+import { randomUUID } from 'node:crypto'
+import { test } from '@japa/runner'
+import { Transmit } from '@adonisjs/transmit-client'
+import { EventSource, request } from 'undici'
+import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
+import { signPayload } from '../../src/signature/main.ts'
+import { TEST_DB } from '../helpers/database.ts'
+import { startHttpApp } from '../helpers/http_app.ts'
+
+/** A Node subscriber: undici's EventSource (Node 24 has none), identity in a header. */
+function subscriber(baseUrl: string, owner: string, refused: number[] = []) {
+  return new Transmit({
+    baseUrl,
+    onSubscribeFailed: (response: Response) => void refused.push(response.status),
+    eventSourceFactory: (url, options) =>
+      new EventSource(url, options) as unknown as globalThis.EventSource,
+    beforeSubscribe: (req: Request) => req.headers.set('x-owner', owner),
+    maxReconnectAttempts: 0,
+  })
+}
+
+test.group(`Transmit | payout channels (${TEST_DB})`, () => {
+  test('a subscriber receives the broadcast of a webhook it posted; another owner is refused', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup, {}, async (adonis) => {
+      const transmit = await adonis.container.make('transmit')
+      transmit.registerRoutes()
+      const payouts = await adonis.container.make('payouts.manager')
+      payouts.registerChannels(transmit, {
+        owner: (ctx, ownerId) => ctx.request.header('x-owner') === ownerId,
+      })
+    })
+    const payoutId = randomUUID()
+    // The payout belongs to tenant-a (as execute would have stored it).
+    const { db } = await app.payouts.parts()
+    await new PayoutLedger(db).apply({
+      payoutId,
+      status: 'pending',
+      step: 'initiated',
+      source: 'execute',
+      fields: { ownerId: 'tenant-a', instructions: { paymentUrl: 'https://secret.example/pay' } },
+    })
+
+    const mine = subscriber(app.url, 'tenant-a')
+    const refused: number[] = []
+    const theirs = subscriber(app.url, 'tenant-b', refused)
+    cleanup(async () => {
+      mine.close()
+      theirs.close()
+    })
+    const received: any[] = []
+    const subscription = mine.subscription('payouts/owners/tenant-a')
+    subscription.onMessage((message) => received.push(message))
+    await subscription.create()
+    await theirs.subscription('payouts/owners/tenant-a').create()
+    // No payout callback was given: nobody may listen to a single payout's channel.
+    await theirs.subscription(`payouts/${payoutId}`).create()
+    // Transmit answers every refusal with 400; the control below proves it is authorization.
+    assert.deepEqual(refused, [400, 400])
+    await theirs.subscription('payouts/owners/tenant-b').create()
+    assert.lengthOf(refused, 2, 'tenant-b may listen to its own channel')
+
+    const raw = JSON.stringify({
+      type: 'payout.status.updated',
+      createdAt: new Date().toISOString(),
+      data: {
+        payoutId,
+        status: 'processing',
+        step: 'compliance_cleared',
+        stepChangedAt: new Date().toISOString(),
+      },
+    })
+    const t = Math.floor(Date.now() / 1000)
+    const response = await request(`${app.url}/webhooks/payouts`, {
+      method: 'POST',
+      body: raw,
+      headers: {
+        'content-type': 'application/json',
+        'svc-signature': signPayload('whsec_current_secret', t, raw),
+        'svc-delivery-id': 'dlv_transmit_1',
+        'svc-event-type': 'payout.status.updated',
+      },
+    })
+    assert.equal(response.statusCode, 200)
+    const started = Date.now()
+    while (received.length === 0 && Date.now() - started < 5000)
+      await new Promise((r) => setTimeout(r, 10))
+    assert.lengthOf(received, 1)
+    assert.deepInclude(received[0], {
+      payoutId,
+      ownerId: 'tenant-a',
+      status: 'processing',
+      step: 'compliance_cleared',
+      previousStatus: 'pending',
+    })
+    assert.notInclude(JSON.stringify(received[0]), 'secret.example')
+  })
+})
