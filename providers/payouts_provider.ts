@@ -59,7 +59,9 @@ export default class PayoutsProvider {
   async ready() {
     if (this.app.getEnvironment() !== 'web' || !this.app.container.hasBinding('lucid.db')) return
     const service = await this.app.container.make(PayoutsService)
-    if (service.config.ledger.enabled) service.startInboxWorker()
+    if (!service.config.ledger.enabled) return
+    service.startInboxWorker()
+    if (service.config.events.sources !== 'webhooks') await service.startStream()
   }
 
   /** Closes the client's keep-alive sockets and the service's timers. */

@@ -42,6 +42,27 @@ export const payoutsConfigSchema = z.object({
       maxBodyBytes: 256 * 1024,
       retryIntervalMs: 5000,
     }),
+  events: z
+    .object({
+      /** Which sources feed the ledger: signed webhooks, the WebSocket stream, or both. */
+      sources: z.enum(['webhooks', 'websocket', 'both']).default('webhooks'),
+      /** Defaults to ws(s)://<host of baseUrl>/ws. */
+      websocketUrl: z.url().optional(),
+      reconnectBaseMs: z.number().int().positive().default(1000),
+      reconnectMaxMs: z.number().int().positive().default(30_000),
+    })
+    .default({ sources: 'webhooks', reconnectBaseMs: 1000, reconnectMaxMs: 30_000 }),
+  reconcile: z
+    .object({
+      staleAfterMs: z
+        .number()
+        .int()
+        .min(0)
+        .default(5 * 60_000),
+      batchSize: z.number().int().positive().default(50),
+      budgetShare: z.number().gt(0).max(1).default(0.5),
+    })
+    .default({ staleAfterMs: 5 * 60_000, batchSize: 50, budgetShare: 0.5 }),
   transmit: z
     .object({
       payoutChannel: z.string().includes(':payoutId').default('payouts/:payoutId'),

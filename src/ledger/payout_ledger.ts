@@ -161,7 +161,8 @@ export class PayoutLedger {
     const outcome = reduce(previous, { status: observation.status, step: observation.step })
 
     this.#fill(row, observation)
-    row.lastObservedAt = observedAt
+    // When we last heard, on our clock (the event time is kept in payout_events).
+    row.lastObservedAt = DateTime.now()
     if (outcome.changed) {
       row.status = outcome.next.status
       row.step = outcome.next.step

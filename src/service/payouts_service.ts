@@ -9,6 +9,8 @@ import { E_PAYOUTS_FEATURE_DISABLED } from '../errors.ts'
 import type { PayoutExecutor } from '../ledger/payout_executor.ts'
 import type { PayoutChange, PayoutLedger } from '../ledger/payout_ledger.ts'
 import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
+import type { Reconciler } from '../jobs/reconciler.ts'
+import type { PayoutsStream } from '../stream/payouts_stream.ts'
 import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
 import type { InboxStore } from '../webhooks/inbox_store.ts'
 import type { PayoutChangedEvent } from '../types/events.ts'
@@ -38,6 +40,7 @@ export interface PayoutsServiceDeps {
 
 interface LedgerParts {
   db: Database
+  reconciler: Reconciler
   ledger: PayoutLedger
   executor: PayoutExecutor
   recipients: RecipientsMirror
@@ -56,6 +59,7 @@ export class PayoutsService {
   #parts?: Promise<LedgerParts>
   #inboxTimer?: NodeJS.Timeout
   #transmit?: ChannelBroadcaster
+  #stream?: PayoutsStream
 
   constructor(config: PayoutsConfig, deps: PayoutsServiceDeps) {
     this.config = config
@@ -110,6 +114,7 @@ export class PayoutsService {
     ])
     const { tableNames } = await import('../database/schema.ts')
     const { RecipientsMirror } = await import('../ledger/recipients_mirror.ts')
+    const { Reconciler } = await import('../jobs/reconciler.ts')
     const { toChangedEvent } = await import('../ledger/payout_ledger.ts')
     const { tablePrefix, connection } = this.config.ledger
     configureModels(tablePrefix, connection)
@@ -135,7 +140,14 @@ export class PayoutsService {
       },
     })
     const recipients = new RecipientsMirror(this.client, connection)
-    return { db, ledger, executor, recipients, inbox, processor }
+    const reconciler = new Reconciler({
+      db,
+      ledger,
+      client: this.client,
+      connection,
+      ...this.config.reconcile,
+    })
+    return { db, ledger, executor, recipients, reconciler, inbox, processor }
   }
 
   /** App events and broadcasts, after COMMIT, once per real change. */
@@ -241,6 +253,64 @@ export class PayoutsService {
       .as('payouts.webhook')
   }
 
+  /** Reads quiet non-terminal payouts and applies what the service says (source `poll`). */
+  async reconcile(options?: { staleAfterMs?: number }) {
+    const { reconciler } = await this.parts()
+    return reconciler.run(options)
+  }
+
+  /** The WebSocket URL: configured, or ws(s)://<host of baseUrl>/ws. */
+  websocketUrl(): string {
+    if (this.config.events.websocketUrl) return this.config.events.websocketUrl
+    const base = new URL(this.config.baseUrl)
+    return `${base.protocol === 'https:' ? 'wss:' : 'ws:'}//${base.host}/ws`
+  }
+
+  /**
+   * Connects the WebSocket source: its events go into the same inbox as webhooks (keyed
+   * by a hash of the message), and after every reconnect a catch-up reconciliation reads
+   * the payouts that may have changed while the socket was down.
+   */
+  async startStream() {
+    if (this.#stream) return this.#stream
+    const { PayoutsStream } = await import('../stream/payouts_stream.ts')
+    const { createHash } = await import('node:crypto')
+    const { inbox, processor } = await this.parts()
+    const logger = this.#deps.logger
+    this.#stream = new PayoutsStream({
+      url: this.websocketUrl(),
+      apiKey: this.config.apiKey,
+      backoff: {
+        baseMs: this.config.events.reconnectBaseMs,
+        maxMs: this.config.events.reconnectMaxMs,
+      },
+      logger: {
+        info: (obj, msg) => logger.info(obj, msg),
+        warn: (obj, msg) => logger.warn(obj, msg),
+      },
+      onMessage: async (raw) => {
+        let type = 'unknown'
+        try {
+          type = String(JSON.parse(raw.toString('utf8')).type ?? 'unknown').slice(0, 100)
+        } catch {}
+        const digest = createHash('sha256').update(raw).digest('hex')
+        await inbox.insert({
+          deliveryId: `ws_${digest}`,
+          eventType: type,
+          rawBody: raw,
+          signatureHeader: null,
+          source: 'websocket',
+        })
+        processor.kick()
+      },
+      onReconnect: async () => {
+        await this.reconcile({ staleAfterMs: 0 })
+      },
+    })
+    this.#stream.start()
+    return this.#stream
+  }
+
   /** Processes every due inbox row now (tests, commands, the retry timer). */
   async drainInbox() {
     const { processor } = await this.parts()
@@ -264,6 +334,8 @@ export class PayoutsService {
 
   /** Closes sockets and timers; called by the provider on shutdown. */
   async close() {
+    await this.#stream?.stop()
+    this.#stream = undefined
     clearInterval(this.#inboxTimer)
     this.#inboxTimer = undefined
     if (this.#parts) {

@@ -1,0 +1,93 @@
+import { DateTime } from 'luxon'
+import type { PayoutsClient } from '../client/payouts_client.ts'
+import { NotFoundError } from '../client/errors.ts'
+import { dbDate } from '../database/dates.ts'
+import type { Database } from '@adonisjs/lucid/database'
+import Payout from '../models/payout.ts'
+import type { PayoutLedger } from '../ledger/payout_ledger.ts'
+
+export interface ReconcilerOptions {
+  db: Database
+  ledger: PayoutLedger
+  client: Pick<PayoutsClient, 'getPayout' | 'rateLimit'>
+  connection?: string
+  /** Payouts not observed for this long are read again. */
+  staleAfterMs?: number
+  /** At most this many reads per run. */
+  batchSize?: number
+  /** Share of the key's rate budget a run may spend (reads X-RateLimit-Remaining). */
+  budgetShare?: number
+  now?: () => DateTime
+}
+
+export interface ReconcileSummary {
+  checked: number
+  changed: number
+  missing: number
+  stoppedForBudget: boolean
+}
+
+/**
+ * Reads non-terminal payouts that have gone quiet and applies what the service says, as
+ * a `poll` observation. Oldest observation first, so a run cut short by its budget
+ * resumes where it stopped (each read moves the payout to the back of the line).
+ */
+export class Reconciler {
+  #options: Required<Omit<ReconcilerOptions, 'connection'>> & { connection?: string }
+
+  constructor(options: ReconcilerOptions) {
+    this.#options = {
+      staleAfterMs: 5 * 60_000,
+      batchSize: 50,
+      budgetShare: 0.5,
+      now: () => DateTime.now(),
+      ...options,
+    }
+  }
+
+  async run(overrides: { staleAfterMs?: number } = {}): Promise<ReconcileSummary> {
+    const { db, ledger, client, connection, batchSize, budgetShare } = this.#options
+    const staleAfterMs = overrides.staleAfterMs ?? this.#options.staleAfterMs
+    const cutoff = this.#options.now().minus({ milliseconds: staleAfterMs })
+    const payouts = await Payout.query({ connection })
+      .whereIn('status', ['pending', 'processing'])
+      .where((q) =>
+        q
+          .whereNull('last_observed_at')
+          .orWhere('last_observed_at', '<=', dbDate(db.connection(connection), cutoff))
+      )
+      .orderBy('last_observed_at', 'asc')
+      .limit(batchSize)
+    const summary: ReconcileSummary = {
+      checked: 0,
+      changed: 0,
+      missing: 0,
+      stoppedForBudget: false,
+    }
+    for (const payout of payouts) {
+      const budget = client.rateLimit
+      if (budget && budget.remaining <= Math.floor(budget.limit * (1 - budgetShare))) {
+        summary.stoppedForBudget = true
+        break
+      }
+      summary.checked++
+      try {
+        const remote = await client.getPayout(payout.payoutUuid)
+        const result = await ledger.apply({
+          payoutId: payout.payoutUuid,
+          readId: remote.id !== payout.payoutUuid ? remote.id : null,
+          status: remote.status,
+          step: remote.step ?? null,
+          completedAt: remote.completedAt ?? null,
+          source: 'poll',
+          eventType: 'reconcile',
+        })
+        if (result.changed) summary.changed++
+      } catch (error) {
+        if (!(error instanceof NotFoundError)) throw error
+        summary.missing++
+      }
+    }
+    return summary
+  }
+}
