@@ -208,9 +208,23 @@ export class PayoutsService {
   }
 
   /** Recipients through the API, mirrored in the host app's table. */
-  async recipients(): Promise<RecipientsMirror> {
-    const { recipients } = await this.parts()
-    return recipients
+  readonly recipients = {
+    create: async (...args: Parameters<RecipientsMirror['create']>) => {
+      const { recipients } = await this.parts()
+      return recipients.create(...args)
+    },
+    update: async (...args: Parameters<RecipientsMirror['update']>) => {
+      const { recipients } = await this.parts()
+      return recipients.update(...args)
+    },
+    delete: async (...args: Parameters<RecipientsMirror['delete']>) => {
+      const { recipients } = await this.parts()
+      return recipients.delete(...args)
+    },
+    sync: async (...args: Parameters<RecipientsMirror['sync']>) => {
+      const { recipients } = await this.parts()
+      return recipients.sync(...args)
+    },
   }
 
   /** Re-sends unknown execution intents with their original key (see PayoutExecutor). */
