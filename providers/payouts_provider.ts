@@ -62,6 +62,7 @@ export default class PayoutsProvider {
     if (!service.config.ledger.enabled) return
     service.startInboxWorker()
     if (service.config.events.sources !== 'webhooks') await service.startStream()
+    if (service.config.jobs.enabled) await service.startJobs()
   }
 
   /** Closes the client's keep-alive sockets and the service's timers. */

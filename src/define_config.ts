@@ -63,6 +63,30 @@ export const payoutsConfigSchema = z.object({
       budgetShare: z.number().gt(0).max(1).default(0.5),
     })
     .default({ staleAfterMs: 5 * 60_000, batchSize: 50, budgetShare: 0.5 }),
+  jobs: z
+    .object({
+      /** Run the jobs on intervals in the web process; false leaves them to cron or a worker. */
+      enabled: z.boolean().default(true),
+      reconcileEveryMs: z.number().int().min(0).default(60_000),
+      escrowEveryMs: z.number().int().min(0).default(60_000),
+      recoverEveryMs: z.number().int().min(0).default(60_000),
+      /** Minutes after on-chain confirmation before confirm-escrow-deposit may be called. */
+      escrowConfirmAfterMinutes: z.number().min(0).default(10),
+      /** Non-terminal payouts older than this raise payouts:stuck. */
+      stuckAfterMs: z
+        .number()
+        .int()
+        .positive()
+        .default(24 * 3600_000),
+    })
+    .default({
+      enabled: true,
+      reconcileEveryMs: 60_000,
+      escrowEveryMs: 60_000,
+      recoverEveryMs: 60_000,
+      escrowConfirmAfterMinutes: 10,
+      stuckAfterMs: 24 * 3600_000,
+    }),
   transmit: z
     .object({
       payoutChannel: z.string().includes(':payoutId').default('payouts/:payoutId'),

@@ -61,6 +61,8 @@ export interface PayoutsClientOptions {
   paths?: Partial<Record<PathName, string>>
   userAgent?: string
   logger?: ClientLogger
+  /** Development only: allow http://127.0.0.1 and localhost webhook URLs (the emulator). */
+  allowInsecureLoopbackWebhooks?: boolean
   /** Injectable for tests: how retries wait, and the jitter source. */
   sleep?: (ms: number) => Promise<void>
   random?: () => number
@@ -140,6 +142,7 @@ export class PayoutsClient {
   readonly baseUrl: string
   #transport: Transport
   #paths: Record<PathName, string>
+  #insecureWebhooks: boolean
 
   constructor(options: PayoutsClientOptions) {
     this.environment = environmentOfKey(options.apiKey, options.environment)
@@ -148,6 +151,7 @@ export class PayoutsClient {
     }
     this.baseUrl = options.baseUrl
     this.#paths = { ...DEFAULT_PATHS, ...options.paths }
+    this.#insecureWebhooks = options.allowInsecureLoopbackWebhooks ?? false
     const limiter =
       options.rateLimiter === false
         ? null
@@ -443,7 +447,7 @@ export class PayoutsClient {
     subscriptions: {
       /** Creates a subscription; the response carries the whsec_ secret, once. */
       create: async (body: WebhookSubscriptionCreateBody, options?: CallOptions) => {
-        const payload = validate(webhookSubscriptionCreateSchema(), body)
+        const payload = validate(webhookSubscriptionCreateSchema(this.#insecureWebhooks), body)
         const { body: response, status } = await this.#send({
           method: 'POST',
           path: this.#path('subscriptions'),
@@ -474,7 +478,7 @@ export class PayoutsClient {
         return parseResponse(webhookSubscriptionSchema, body, status)
       },
       update: async (id: string, body: WebhookSubscriptionUpdateBody) => {
-        const payload = validate(webhookSubscriptionUpdateSchema(), body)
+        const payload = validate(webhookSubscriptionUpdateSchema(this.#insecureWebhooks), body)
         const { body: response, status } = await this.#send({
           method: 'PATCH',
           path: this.#path('subscription', validate(zod.string().min(1), id)),

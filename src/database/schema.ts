@@ -9,6 +9,7 @@ export function tableNames(prefix = 'svc_') {
     webhookDeliveries: `${prefix}webhook_deliveries`,
     escrowDeposits: `${prefix}escrow_deposits`,
     executionIntents: `${prefix}execution_intents`,
+    locks: `${prefix}locks`,
   }
 }
 
@@ -131,12 +132,19 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = 'svc_')
       table.timestamp('created_at', { useTz: true }).notNullable()
       table.timestamp('updated_at', { useTz: true }).notNullable()
     })
+    .createTable(t.locks, (table) => {
+      // The schema @verrou/core's knex store expects: the scheduler's job locks.
+      table.string('key', 255).notNullable().primary()
+      table.string('owner').notNullable()
+      table.bigint('expiration').unsigned().nullable()
+    })
 }
 
 /** Drops the plugin's tables (the migration's `down`). */
 export function dropPayoutsTables(schema: Knex.SchemaBuilder, prefix = 'svc_') {
   const t = tableNames(prefix)
   return schema
+    .dropTableIfExists(t.locks)
     .dropTableIfExists(t.executionIntents)
     .dropTableIfExists(t.escrowDeposits)
     .dropTableIfExists(t.webhookDeliveries)

@@ -152,15 +152,19 @@ export class PayoutsEmulator {
       })
       state.issueKey(DEFAULT_ACCOUNT)
     }
-    const handler = createHandler({
+    const httpDeps = {
       state,
       clock,
       faults,
       rateLimits:
         options.rateLimits === false ? null : new RateLimits(clock, options.rateLimits ?? 1),
       routes: buildRoutes(deps),
-      admin: (path, method, body) => admin.http(path, method, body),
-    })
+      admin: (path: string, method: string, body: unknown) => admin.http(path, method, body),
+    }
+    admin.setRateLimits = (limits) => {
+      httpDeps.rateLimits = limits === false ? null : new RateLimits(clock, limits)
+    }
+    const handler = createHandler(httpDeps)
     const server = createServer((req, res) => {
       handler(req, res).catch(() => {
         if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' })
@@ -209,6 +213,9 @@ export class EmulatorAdmin {
     private lifecycle: Lifecycle,
     private detectionDelayMs: number
   ) {}
+
+  /** Turns rate limits off (`false`) or sets their multiplier; fresh buckets either way. */
+  setRateLimits: (limits: false | number) => void = () => {}
 
   /** Moves emulated time forward, firing lifecycle steps and webhook retries. */
   async advance(ms: number) {

@@ -4,6 +4,8 @@ import { NotFoundError } from '../client/errors.ts'
 import { dbDate } from '../database/dates.ts'
 import type { Database } from '@adonisjs/lucid/database'
 import Payout from '../models/payout.ts'
+import PayoutEvent from '../models/payout_event.ts'
+import type { PayoutStuckEvent } from '../types/events.ts'
 import type { PayoutLedger } from '../ledger/payout_ledger.ts'
 
 export interface ReconcilerOptions {
@@ -17,6 +19,9 @@ export interface ReconcilerOptions {
   batchSize?: number
   /** Share of the key's rate budget a run may spend (reads X-RateLimit-Remaining). */
   budgetShare?: number
+  /** Non-terminal payouts created longer ago than this are reported once as stuck. */
+  stuckAfterMs?: number
+  onStuck?: (event: PayoutStuckEvent) => void | Promise<void>
   now?: () => DateTime
 }
 
@@ -24,6 +29,7 @@ export interface ReconcileSummary {
   checked: number
   changed: number
   missing: number
+  stuck: number
   stoppedForBudget: boolean
 }
 
@@ -33,13 +39,15 @@ export interface ReconcileSummary {
  * resumes where it stopped (each read moves the payout to the back of the line).
  */
 export class Reconciler {
-  #options: Required<Omit<ReconcilerOptions, 'connection'>> & { connection?: string }
+  #options: Required<Omit<ReconcilerOptions, 'connection' | 'onStuck'>> &
+    Pick<ReconcilerOptions, 'connection' | 'onStuck'>
 
   constructor(options: ReconcilerOptions) {
     this.#options = {
       staleAfterMs: 5 * 60_000,
       batchSize: 50,
       budgetShare: 0.5,
+      stuckAfterMs: 24 * 3600_000,
       now: () => DateTime.now(),
       ...options,
     }
@@ -62,10 +70,13 @@ export class Reconciler {
       checked: 0,
       changed: 0,
       missing: 0,
+      stuck: 0,
       stoppedForBudget: false,
     }
     for (const payout of payouts) {
-      const budget = client.rateLimit
+      // Headers from an earlier run may be stale (the bucket refills): the first read of
+      // a run refreshes them, the budget governs the rest.
+      const budget = summary.checked > 0 ? client.rateLimit : null
       if (budget && budget.remaining <= Math.floor(budget.limit * (1 - budgetShare))) {
         summary.stoppedForBudget = true
         break
@@ -83,11 +94,45 @@ export class Reconciler {
           eventType: 'reconcile',
         })
         if (result.changed) summary.changed++
+        if (await this.#reportIfStuck(result.payout)) summary.stuck++
       } catch (error) {
         if (!(error instanceof NotFoundError)) throw error
         summary.missing++
       }
     }
     return summary
+  }
+
+  /** Raises payouts:stuck once per payout (remembered as a payout_events row). */
+  async #reportIfStuck(payout: Payout): Promise<boolean> {
+    if (!['pending', 'processing'].includes(payout.status)) return false
+    const age = this.#options.now().diff(payout.createdAt).toMillis()
+    if (age < this.#options.stuckAfterMs) return false
+    const { connection } = this.#options
+    const known = await PayoutEvent.query({ connection })
+      .where('payout_uuid', payout.payoutUuid)
+      .where('event_type', 'stuck')
+      .first()
+    if (known) return false
+    await PayoutEvent.create(
+      {
+        payoutUuid: payout.payoutUuid,
+        source: 'poll',
+        eventType: 'stuck',
+        status: payout.status,
+        step: payout.step,
+        applied: false,
+        reason: 'stuck',
+        observedAt: this.#options.now(),
+      },
+      { connection }
+    )
+    await this.#options.onStuck?.({
+      payoutId: payout.payoutUuid,
+      status: payout.status,
+      step: payout.step,
+      since: payout.createdAt.toISO()!,
+    })
+    return true
   }
 }

@@ -10,6 +10,8 @@ import type { PayoutExecutor } from '../ledger/payout_executor.ts'
 import type { PayoutChange, PayoutLedger } from '../ledger/payout_ledger.ts'
 import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
 import type { Reconciler } from '../jobs/reconciler.ts'
+import type { EscrowFallback } from '../jobs/escrow_fallback.ts'
+import type { JobScheduler } from '../jobs/scheduler.ts'
 import type { PayoutsStream } from '../stream/payouts_stream.ts'
 import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
 import type { InboxStore } from '../webhooks/inbox_store.ts'
@@ -41,6 +43,7 @@ export interface PayoutsServiceDeps {
 interface LedgerParts {
   db: Database
   reconciler: Reconciler
+  escrow: EscrowFallback
   ledger: PayoutLedger
   executor: PayoutExecutor
   recipients: RecipientsMirror
@@ -60,6 +63,7 @@ export class PayoutsService {
   #inboxTimer?: NodeJS.Timeout
   #transmit?: ChannelBroadcaster
   #stream?: PayoutsStream
+  #scheduler?: JobScheduler
 
   constructor(config: PayoutsConfig, deps: PayoutsServiceDeps) {
     this.config = config
@@ -115,6 +119,7 @@ export class PayoutsService {
     const { tableNames } = await import('../database/schema.ts')
     const { RecipientsMirror } = await import('../ledger/recipients_mirror.ts')
     const { Reconciler } = await import('../jobs/reconciler.ts')
+    const { EscrowFallback } = await import('../jobs/escrow_fallback.ts')
     const { toChangedEvent } = await import('../ledger/payout_ledger.ts')
     const { tablePrefix, connection } = this.config.ledger
     configureModels(tablePrefix, connection)
@@ -140,14 +145,36 @@ export class PayoutsService {
       },
     })
     const recipients = new RecipientsMirror(this.client, connection)
+    const emit = async (
+      name: 'payouts:stuck' | 'payouts:escrow_confirmed' | 'payouts:escrow_confirmation_failed',
+      data: any
+    ) => {
+      await this.#deps.emitter?.emit(name, data)
+    }
     const reconciler = new Reconciler({
       db,
       ledger,
       client: this.client,
       connection,
       ...this.config.reconcile,
+      stuckAfterMs: this.config.jobs.stuckAfterMs,
+      onStuck: (event) => emit('payouts:stuck', event),
     })
-    return { db, ledger, executor, recipients, reconciler, inbox, processor }
+    const escrow = new EscrowFallback({
+      db,
+      client: this.client,
+      connection,
+      confirmAfterMinutes: this.config.jobs.escrowConfirmAfterMinutes,
+      onConfirmed: (event) => emit('payouts:escrow_confirmed', event),
+      onFailed: (event) => {
+        this.#deps.logger.error(
+          { quoteId: event.quoteId, error: event.error },
+          'payouts escrow confirmation failed'
+        )
+        return emit('payouts:escrow_confirmation_failed', event)
+      },
+    })
+    return { db, ledger, executor, recipients, reconciler, escrow, inbox, processor }
   }
 
   /** App events and broadcasts, after COMMIT, once per real change. */
@@ -273,6 +300,57 @@ export class PayoutsService {
     return reconciler.run(options)
   }
 
+  /** The escrow fallback: record the deposit you sent; the job confirms only when allowed. */
+  readonly escrow = {
+    recordDeposit: async (...args: Parameters<EscrowFallback['recordDeposit']>) => {
+      const { escrow } = await this.parts()
+      return escrow.recordDeposit(...args)
+    },
+    /** Runs the fallback once, now. */
+    confirmDue: async () => {
+      const { escrow } = await this.parts()
+      return escrow.run()
+    },
+  }
+
+  /**
+   * Starts the jobs (reconcile, escrow fallback, recovery) on intervals, each guarded by
+   * a lock in the app's database so it runs once per interval across all instances.
+   */
+  async startJobs() {
+    if (this.#scheduler) return this.#scheduler
+    const { db } = await this.parts()
+    const { Verrou } = await import('@verrou/core')
+    const { knexStore } = await import('@verrou/core/drivers/knex')
+    const { JobScheduler } = await import('../jobs/scheduler.ts')
+    const { tableNames } = await import('../database/schema.ts')
+    const { connection, tablePrefix } = this.config.ledger
+    const verrou = new Verrou({
+      default: 'database',
+      stores: {
+        database: {
+          driver: knexStore({
+            connection: db.connection(connection).getWriteClient(),
+            tableName: tableNames(tablePrefix).locks,
+            autoCreateTable: false,
+          }),
+        },
+      },
+    })
+    const { jobs } = this.config
+    this.#scheduler = new JobScheduler({
+      locks: verrou.use('database'),
+      logger: this.#deps.logger,
+      jobs: [
+        { name: 'reconcile', intervalMs: jobs.reconcileEveryMs, run: () => this.reconcile() },
+        { name: 'escrow', intervalMs: jobs.escrowEveryMs, run: () => this.escrow.confirmDue() },
+        { name: 'recover', intervalMs: jobs.recoverEveryMs, run: () => this.recover() },
+      ],
+    })
+    this.#scheduler.start()
+    return this.#scheduler
+  }
+
   /** The WebSocket URL: configured, or ws(s)://<host of baseUrl>/ws. */
   websocketUrl(): string {
     if (this.config.events.websocketUrl) return this.config.events.websocketUrl
@@ -348,6 +426,8 @@ export class PayoutsService {
 
   /** Closes sockets and timers; called by the provider on shutdown. */
   async close() {
+    await this.#scheduler?.stop()
+    this.#scheduler = undefined
     await this.#stream?.stop()
     this.#stream = undefined
     clearInterval(this.#inboxTimer)

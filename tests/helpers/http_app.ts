@@ -42,6 +42,8 @@ export async function startHttpApp(
           baseUrl: 'http://127.0.0.1:9',
           ...payouts,
           webhook: { secret: 'whsec_current_secret', ...payouts.webhook },
+          // Tests run jobs by hand; the scheduler has its own test.
+          jobs: { enabled: false, ...payouts.jobs },
           ledger: { tablePrefix: prefix },
         },
       },

@@ -1,0 +1,63 @@
+import type { LockFactory } from '@verrou/core'
+
+/** One periodic job of the plugin. */
+export interface ScheduledJob {
+  name: string
+  intervalMs: number
+  run: () => Promise<unknown>
+}
+
+export interface JobSchedulerOptions {
+  locks: LockFactory
+  jobs: ScheduledJob[]
+  logger: { info(obj: object, msg?: string): void; error(obj: object, msg?: string): void }
+  onRun?: (name: string, result: unknown) => void
+}
+
+/**
+ * Runs the plugin's jobs on intervals in the web process. Each run first takes a lock
+ * whose TTL is the interval and is never released early, so across every instance of the
+ * app a job runs at most once per interval (the lock lives in the app's database).
+ */
+export class JobScheduler {
+  #timers: NodeJS.Timeout[] = []
+  #running = new Set<Promise<unknown>>()
+
+  constructor(private options: JobSchedulerOptions) {}
+
+  start() {
+    for (const job of this.options.jobs) {
+      if (job.intervalMs <= 0) continue
+      const timer = setInterval(() => void this.tick(job), job.intervalMs)
+      timer.unref()
+      this.#timers.push(timer)
+    }
+  }
+
+  /** One attempt: runs the job if no instance ran it in this interval. */
+  async tick(job: ScheduledJob): Promise<'ran' | 'skipped' | 'failed'> {
+    const lock = this.options.locks.createLock(
+      `svc-payouts:${job.name}`,
+      Math.max(1, job.intervalMs - 50)
+    )
+    if (!(await lock.acquireImmediately())) return 'skipped'
+    const run = job.run()
+    this.#running.add(run)
+    try {
+      const result = await run
+      this.options.onRun?.(job.name, result)
+      return 'ran'
+    } catch (error) {
+      this.options.logger.error({ err: error, job: job.name }, 'payouts job failed')
+      return 'failed'
+    } finally {
+      this.#running.delete(run)
+    }
+  }
+
+  async stop() {
+    for (const timer of this.#timers) clearInterval(timer)
+    this.#timers = []
+    await Promise.allSettled([...this.#running])
+  }
+}

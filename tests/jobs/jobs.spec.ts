@@ -1,0 +1,201 @@
+import { test } from '@japa/runner'
+import { DateTime } from 'luxon'
+import { PayoutsClient } from '../../src/client/main.ts'
+import { EscrowDeposit, Payout } from '../../src/models/main.ts'
+import { startEmulator } from '../emulator/helpers.ts'
+import { TEST_DB } from '../helpers/database.ts'
+import { startHttpApp } from '../helpers/http_app.ts'
+
+async function setup(
+  cleanup: (fn: () => Promise<void>) => void,
+  payouts: Record<string, any> = {}
+) {
+  const emu = await startEmulator(cleanup, { rateLimits: false })
+  const app = await startHttpApp(cleanup, {
+    apiKey: emu.apiKey,
+    baseUrl: emu.baseUrl,
+    clientRateLimiter: false,
+    ...payouts,
+  })
+  const recipient = emu.admin.seedRecipient()
+  const fiat = {
+    fromCurrency: 'USD',
+    toCurrency: 'MXN',
+    amount: 100,
+    recipientId: recipient.id,
+    userPaymentMethodId: emu.admin.accountPaymentMethodId,
+  }
+  const stable = {
+    fromCurrency: 'USDC',
+    toCurrency: 'MXN',
+    amount: 100,
+    recipientId: recipient.id,
+    walletAddress: '0x' + '8'.repeat(40),
+  }
+  return { emu, app, payouts: app.payouts, fiat, stable }
+}
+
+test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
+  test('a missed deposit is confirmed once, only after the wait, never before', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, app, payouts, stable } = await setup(cleanup)
+    const { result } = await payouts.execute(stable)
+    const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
+    await payouts.escrow.recordDeposit({
+      quoteId: result.quoteId,
+      txHash,
+      confirmedAt: DateTime.now().minus({ minutes: 9 }),
+    })
+    assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0, confirmed: 0 })
+    assert.equal(emu.admin.quote(result.quoteId)!.status, 'awaiting_escrow_deposit')
+    await payouts.escrow.recordDeposit({
+      quoteId: result.quoteId,
+      txHash,
+      confirmedAt: DateTime.now().minus({ minutes: 11 }),
+    })
+    assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, confirmed: 1 })
+    assert.equal(emu.admin.quote(result.quoteId)!.status, 'deposit_confirmed')
+    assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
+    assert.equal((await EscrowDeposit.findByOrFail('quoteId', result.quoteId)).state, 'confirmed')
+    assert.lengthOf(
+      app.events.filter((e) => e.name === 'payouts:escrow_confirmed'),
+      1
+    )
+  })
+
+  test('a deposit detected automatically is not confirmed by hand', async ({ assert, cleanup }) => {
+    const { emu, payouts, stable } = await setup(cleanup)
+    const { result } = await payouts.execute(stable)
+    const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId })
+    await emu.admin.advance(60_000)
+    await payouts.escrow.recordDeposit({
+      quoteId: result.quoteId,
+      txHash,
+      confirmedAt: DateTime.now().minus({ minutes: 30 }),
+    })
+    assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, detected: 1, confirmed: 0 })
+    assert.lengthOf(
+      [...emu.state.idempotency.keys()].filter((k) => k.includes('confirm-escrow')),
+      0
+    )
+  })
+
+  test('a confirmation answered 500 is recorded and surfaced, never retried', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, app, payouts, stable } = await setup(cleanup)
+    const { result } = await payouts.execute(stable)
+    const wrongHash = '0x' + 'd'.repeat(64)
+    await payouts.escrow.recordDeposit({
+      quoteId: result.quoteId,
+      txHash: wrongHash,
+      confirmedAt: DateTime.now().minus({ hours: 1 }),
+    })
+    assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, failed: 1 })
+    const deposit = await EscrowDeposit.findByOrFail('quoteId', result.quoteId)
+    assert.equal(deposit.state, 'confirm_failed')
+    assert.equal(deposit.lastError, 'escrow deposit confirmation failed')
+    assert.lengthOf(
+      app.events.filter((e) => e.name === 'payouts:escrow_confirmation_failed'),
+      1
+    )
+    assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
+    assert.lengthOf(
+      [...emu.state.idempotency.keys()].filter((k) => k.includes('confirm-escrow')),
+      1
+    )
+  })
+})
+
+test.group(`Jobs | reconciliation (${TEST_DB})`, () => {
+  test('a dropped webhook is recovered by reconciliation', async ({ assert, cleanup }) => {
+    const emu = await startEmulator(cleanup, { rateLimits: false })
+    const client = new PayoutsClient({
+      apiKey: emu.apiKey,
+      baseUrl: emu.baseUrl,
+      rateLimiter: false,
+      allowInsecureLoopbackWebhooks: true,
+    })
+    cleanup(() => client.close())
+    const sub = await client.webhooks.subscriptions.create({
+      url: 'https://placeholder.example/h',
+      events: ['payout.created', 'payout.status.updated'],
+    })
+    const app = await startHttpApp(cleanup, {
+      apiKey: emu.apiKey,
+      baseUrl: emu.baseUrl,
+      webhook: { secret: sub.secret },
+    })
+    await client.webhooks.subscriptions.update(sub.id, { url: `${app.url}/webhooks/payouts` })
+    const recipient = emu.admin.seedRecipient()
+    const { result } = await app.payouts.execute({
+      fromCurrency: 'USD',
+      toCurrency: 'MXN',
+      amount: 50,
+      recipientId: recipient.id,
+      userPaymentMethodId: emu.admin.accountPaymentMethodId,
+    })
+    await emu.admin.advance(2000)
+    await app.payouts.drainInbox()
+    assert.equal(
+      (await Payout.findByOrFail('payoutUuid', result.payoutId)).step,
+      'compliance_cleared'
+    )
+    emu.admin.setFaults({ webhookDropRate: 1 })
+    await emu.admin.advance(20_000)
+    await app.payouts.drainInbox()
+    assert.equal((await Payout.findByOrFail('payoutUuid', result.payoutId)).status, 'processing')
+    const summary = await app.payouts.reconcile({ staleAfterMs: 0 })
+    assert.deepInclude(summary, { checked: 1, changed: 1 })
+    const payout = await Payout.findByOrFail('payoutUuid', result.payoutId)
+    assert.deepEqual([payout.status, payout.step], ['completed', 'delivered'])
+    assert.match(payout.readId!, /^po_/)
+    assert.lengthOf(
+      app.events.filter((e) => e.name === 'payouts:completed'),
+      1
+    )
+  })
+
+  test('payouts stuck past the SLA raise payouts:stuck once', async ({ assert, cleanup }) => {
+    const { emu, app, payouts, fiat } = await setup(cleanup, { jobs: { stuckAfterMs: 1 } })
+    await payouts.execute({ ...fiat, reference: 'scenario:stall' })
+    await payouts.execute(fiat)
+    await emu.admin.advance(60_000)
+    await new Promise((resolve) => setTimeout(resolve, 5))
+    const first = await payouts.reconcile({ staleAfterMs: 0 })
+    assert.equal(first.stuck, 1)
+    assert.equal((await payouts.reconcile({ staleAfterMs: 0 })).stuck, 0)
+    const stuck = app.events.filter((e) => e.name === 'payouts:stuck')
+    assert.lengthOf(stuck, 1)
+    assert.deepInclude(stuck[0].data, { status: 'processing', step: 'collected' })
+  })
+
+  test('reconciling more payouts than the budget allows causes no 429 and resumes where it stopped', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, payouts, fiat } = await setup(cleanup, {
+      reconcile: { budgetShare: 0.5, batchSize: 100 },
+    })
+    const ids = []
+    for (let i = 0; i < 30; i++) ids.push((await payouts.execute(fiat)).result.payoutId)
+    emu.admin.setRateLimits(1)
+    const first = await payouts.reconcile({ staleAfterMs: 0 })
+    assert.isTrue(first.stoppedForBudget)
+    assert.isAbove(first.checked, 0)
+    assert.isBelow(first.checked, 30)
+    assert.equal(emu.admin.faultStats().rateLimited, 0)
+    await emu.admin.advance(60_000)
+    const second = await payouts.reconcile({ staleAfterMs: 0 })
+    assert.isAbove(second.checked, 0)
+    // Oldest observation first: the second run read payouts the first one did not.
+    const polled = await Payout.query()
+      .whereIn('payout_uuid', ids)
+      .orderBy('last_observed_at', 'asc')
+    assert.lengthOf(polled, 30)
+    assert.isTrue(first.checked + second.checked <= 30)
+  })
+})

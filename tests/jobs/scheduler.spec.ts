@@ -1,0 +1,93 @@
+import { test } from '@japa/runner'
+import { Logger } from '@adonisjs/core/logger'
+import { Database } from '@adonisjs/lucid/database'
+import { Emitter } from '@adonisjs/core/events'
+import { AppFactory } from '@adonisjs/core/factories/app'
+import { Verrou } from '@verrou/core'
+import { knexStore } from '@verrou/core/drivers/knex'
+import { tableNames } from '../../src/database/schema.ts'
+import { JobScheduler } from '../../src/jobs/scheduler.ts'
+import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
+
+const logger = new Logger({ enabled: false })
+
+/** A second, independent connection pool on the same database: another app instance. */
+async function secondInstance(cleanup: (fn: () => Promise<void>) => void) {
+  const app = new AppFactory().create(new URL('../tmp/', import.meta.url))
+  await app.init()
+  const db = new Database(
+    { connection: 'primary', connections: { primary: connectionConfig('scheduler') } },
+    logger,
+    new Emitter(app)
+  )
+  cleanup(() => db.manager.closeAll())
+  return db
+}
+
+function lockFactory(db: Database, prefix: string) {
+  const verrou = new Verrou({
+    default: 'db',
+    stores: {
+      db: {
+        driver: knexStore({
+          connection: db.connection().getWriteClient(),
+          tableName: tableNames(prefix).locks,
+          autoCreateTable: false,
+        }),
+      },
+    },
+  })
+  return verrou.use('db')
+}
+
+test.group(`Jobs | scheduler across instances (${TEST_DB})`, () => {
+  test('two instances on one database: each job runs once per interval', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db: first, prefix } = await setupDatabase(cleanup, 'scheduler')
+    const second = await secondInstance(cleanup)
+    const runs: string[] = []
+    const job = (instance: string) => ({
+      name: 'reconcile',
+      intervalMs: 400,
+      run: async () => void runs.push(instance),
+    })
+    const a = new JobScheduler({ locks: lockFactory(first, prefix), logger, jobs: [job('a')] })
+    const b = new JobScheduler({ locks: lockFactory(second, prefix), logger, jobs: [job('b')] })
+
+    // Both instances tick at the same moment, several times within one interval.
+    const round = () => Promise.all([a.tick(job('a')), b.tick(job('b'))])
+    const outcomes = [await round(), await round(), await round()]
+    assert.deepEqual(outcomes[0].toSorted(), ['ran', 'skipped'])
+    assert.deepEqual(outcomes[1], ['skipped', 'skipped'])
+    assert.deepEqual(outcomes[2], ['skipped', 'skipped'])
+    assert.lengthOf(runs, 1)
+
+    await new Promise((resolve) => setTimeout(resolve, 450))
+    const next = await round()
+    assert.deepEqual(next.toSorted(), ['ran', 'skipped'])
+    assert.lengthOf(runs, 2)
+    await a.stop()
+    await b.stop()
+  })
+
+  test('a failing job is logged and does not stop the scheduler', async ({ assert, cleanup }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'scheduler')
+    const errors: unknown[] = []
+    const scheduler = new JobScheduler({
+      locks: lockFactory(db, prefix),
+      logger: { info: () => {}, error: (obj) => void errors.push(obj) },
+      jobs: [],
+    })
+    const outcome = await scheduler.tick({
+      name: 'escrow',
+      intervalMs: 1000,
+      run: async () => {
+        throw new Error('boom')
+      },
+    })
+    assert.equal(outcome, 'failed')
+    assert.lengthOf(errors, 1)
+  })
+})
