@@ -24,6 +24,7 @@ export default class PayoutsProvider {
         logger,
         emitter,
         database: hasLucid ? () => this.app.container.make('lucid.db') : undefined,
+        encryption: () => this.app.container.make('encryption'),
       })
       return this.#service
     })

@@ -35,12 +35,19 @@ export const payoutsConfigSchema = z.object({
         .default(256 * 1024),
       /** How often the web process retries due inbox rows; 0 leaves it to a worker. */
       retryIntervalMs: z.number().int().min(0).default(5000),
+      /** After payouts:webhooks:rotate-secret, the old secret is accepted this long. */
+      rotationGraceMs: z
+        .number()
+        .int()
+        .min(0)
+        .default(24 * 3600_000),
     })
     .default({
       path: '/webhooks/payouts',
       toleranceSeconds: 300,
       maxBodyBytes: 256 * 1024,
       retryIntervalMs: 5000,
+      rotationGraceMs: 24 * 3600_000,
     }),
   events: z
     .object({

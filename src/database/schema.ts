@@ -10,6 +10,7 @@ export function tableNames(prefix = 'svc_') {
     escrowDeposits: `${prefix}escrow_deposits`,
     executionIntents: `${prefix}execution_intents`,
     locks: `${prefix}locks`,
+    webhookSecrets: `${prefix}webhook_secrets`,
   }
 }
 
@@ -132,6 +133,18 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = 'svc_')
       table.timestamp('created_at', { useTz: true }).notNullable()
       table.timestamp('updated_at', { useTz: true }).notNullable()
     })
+    .createTable(t.webhookSecrets, (table) => {
+      // Signing secrets of the subscriptions made by payouts:webhooks:create, encrypted
+      // with the app's APP_KEY; the previous one is kept for the rotation grace period.
+      table.increments('id')
+      table.string('subscription_id', 128).notNullable().unique()
+      table.string('url', 2048).notNullable()
+      table.text('secret').notNullable()
+      table.text('previous_secret').nullable()
+      table.timestamp('previous_valid_until', { useTz: true }).nullable()
+      table.timestamp('created_at', { useTz: true }).notNullable()
+      table.timestamp('updated_at', { useTz: true }).notNullable()
+    })
     .createTable(t.locks, (table) => {
       // The schema @verrou/core's knex store expects: the scheduler's job locks.
       table.string('key', 255).notNullable().primary()
@@ -145,6 +158,7 @@ export function dropPayoutsTables(schema: Knex.SchemaBuilder, prefix = 'svc_') {
   const t = tableNames(prefix)
   return schema
     .dropTableIfExists(t.locks)
+    .dropTableIfExists(t.webhookSecrets)
     .dropTableIfExists(t.executionIntents)
     .dropTableIfExists(t.escrowDeposits)
     .dropTableIfExists(t.webhookDeliveries)

@@ -15,6 +15,7 @@ import type { JobScheduler } from '../jobs/scheduler.ts'
 import type { PayoutsStream } from '../stream/payouts_stream.ts'
 import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
 import type { InboxStore } from '../webhooks/inbox_store.ts'
+import type { SecretCipher, SecretStore } from '../webhooks/secret_store.ts'
 import type { PayoutChangedEvent } from '../types/events.ts'
 
 /** The part of Transmit the service uses (structural, so Transmit stays optional). */
@@ -36,12 +37,15 @@ export interface ChannelAuthorizers<Ctx = any> {
 export interface PayoutsServiceDeps {
   logger: Logger
   emitter?: EmitterService
+  /** The app's encryption (APP_KEY), for signing secrets stored by the commands. */
+  encryption?: () => Promise<SecretCipher>
   /** The app's Lucid database; required by the ledger and the webhook inbox. */
   database?: () => Promise<Database>
 }
 
 interface LedgerParts {
   db: Database
+  secrets: SecretStore | null
   reconciler: Reconciler
   escrow: EscrowFallback
   ledger: PayoutLedger
@@ -119,6 +123,7 @@ export class PayoutsService {
     const { tableNames } = await import('../database/schema.ts')
     const { RecipientsMirror } = await import('../ledger/recipients_mirror.ts')
     const { Reconciler } = await import('../jobs/reconciler.ts')
+    const { SecretStore } = await import('../webhooks/secret_store.ts')
     const { EscrowFallback } = await import('../jobs/escrow_fallback.ts')
     const { toChangedEvent } = await import('../ledger/payout_ledger.ts')
     const { tablePrefix, connection } = this.config.ledger
@@ -174,7 +179,11 @@ export class PayoutsService {
         return emit('payouts:escrow_confirmation_failed', event)
       },
     })
-    return { db, ledger, executor, recipients, reconciler, escrow, inbox, processor }
+    const cipher = await this.#deps.encryption?.()
+    const secrets = cipher
+      ? new SecretStore(db, tableNames(tablePrefix).webhookSecrets, cipher, connection)
+      : null
+    return { db, ledger, executor, recipients, reconciler, escrow, inbox, processor, secrets }
   }
 
   /** App events and broadcasts, after COMMIT, once per real change. */
@@ -260,13 +269,63 @@ export class PayoutsService {
     return executor.recover(options)
   }
 
-  /** Secrets the webhook route accepts now: current, then previous during its grace. */
-  webhookSecrets(now = Date.now()): string[] {
+  /**
+   * Secrets the webhook route accepts now: the configured current one, the previous one
+   * during its grace, and those stored by payouts:webhooks:create / rotate-secret.
+   */
+  async webhookSecrets(now = Date.now()): Promise<string[]> {
     const { secret, previousSecret, previousSecretValidUntil } = this.config.webhook
     const secrets = secret ? [secret] : []
     if (previousSecret && previousSecretValidUntil && Date.parse(previousSecretValidUntil) > now) {
       secrets.push(previousSecret)
     }
+    if (this.config.ledger.enabled && this.#deps.database) {
+      const { secrets: store } = await this.parts()
+      if (store) secrets.push(...(await store.activeSecrets(now)))
+    }
+    return secrets
+  }
+
+  /** Webhook subscriptions whose secrets this app keeps (encrypted with APP_KEY). */
+  readonly webhooks = {
+    create: async (input: {
+      url: string
+      events?: Array<'payout.created' | 'payout.status.updated'>
+      label?: string
+    }) => {
+      const store = await this.#secretStore()
+      const created = await this.client.webhooks.subscriptions.create({
+        url: input.url,
+        events: input.events ?? ['payout.created', 'payout.status.updated'],
+        label: input.label,
+      })
+      await store.save({ subscriptionId: created.id, url: created.url, secret: created.secret! })
+      // The secret is returned once by the service and kept only encrypted.
+      return { ...created, secret: undefined }
+    },
+    list: async () => {
+      const store = await this.#secretStore()
+      const [remote, local] = await Promise.all([
+        this.client.webhooks.subscriptions.list(),
+        store.list(),
+      ])
+      const kept = new Set(local.map((s) => s.subscriptionId))
+      return remote.map((s) => ({ ...s, secretStored: kept.has(s.id) }))
+    },
+    rotateSecret: async (subscriptionId: string) => {
+      const store = await this.#secretStore()
+      const rotated = await this.client.webhooks.subscriptions.rotateSecret(subscriptionId)
+      const graceUntil = new Date(Date.now() + this.config.webhook.rotationGraceMs)
+      await store.rotate(subscriptionId, rotated.secret, graceUntil)
+      return { id: rotated.id, previousValidUntil: graceUntil.toISOString() }
+    },
+    /** Asks the service to deliver a delivery again (new Svc-Delivery-Id). */
+    replayDelivery: (deliveryId: string) => this.client.webhooks.deliveries.replay(deliveryId),
+  }
+
+  async #secretStore(): Promise<SecretStore> {
+    const { secrets } = await this.parts()
+    if (!secrets) throw new E_PAYOUTS_FEATURE_DISABLED(['encryption (APP_KEY)'])
     return secrets
   }
 
@@ -401,6 +460,62 @@ export class PayoutsService {
     })
     this.#stream.start()
     return this.#stream
+  }
+
+  /** Requeues stored deliveries and processes them now (see `payouts:replay`). */
+  async replayInbox(filter: {
+    ids?: string[]
+    state?: 'failed' | 'dead' | 'processed' | 'pending'
+    since?: string
+    until?: string
+    force?: boolean
+  }) {
+    const { inbox } = await this.parts()
+    const ids = await inbox.requeue({
+      ...filter,
+      since: filter.since ? new Date(filter.since) : undefined,
+      until: filter.until ? new Date(filter.until) : undefined,
+    })
+    const processed = await this.drainInbox()
+    const states = await inbox.statesOf(ids)
+    return {
+      requeued: ids.length,
+      processed,
+      failing: states.filter((state) => state === 'failed' || state === 'dead').length,
+    }
+  }
+
+  /** Counts an operator needs: see `payouts:status`. */
+  async health() {
+    const { db } = await this.parts()
+    const { tableNames } = await import('../database/schema.ts')
+    const { dbDate } = await import('../database/dates.ts')
+    const t = tableNames(this.config.ledger.tablePrefix)
+    const client = db.connection(this.config.ledger.connection)
+    const count = async (table: string, where: (q: any) => void) => {
+      const query = client.from(table)
+      where(query)
+      const row = await query.count('* as total').first()
+      return Number(row?.total ?? 0)
+    }
+    const last = await client.from(t.webhookDeliveries).max('received_at as at').first()
+    const stuckBefore = dbDate(client, new Date(Date.now() - this.config.jobs.stuckAfterMs))
+    return {
+      environment: this.client.environment,
+      eventSources: this.config.events.sources,
+      lastEventReceivedAt: last?.at ? new Date(last.at).toISOString() : null,
+      inboxBacklog: await count(t.webhookDeliveries, (q) =>
+        q.whereIn('state', ['pending', 'processing', 'failed'])
+      ),
+      deadLetters: await count(t.webhookDeliveries, (q) => q.where('state', 'dead')),
+      unknownIntents: await count(t.executionIntents, (q) =>
+        q.whereIn('state', ['unknown', 'needs_attention'])
+      ),
+      escrowFailed: await count(t.escrowDeposits, (q) => q.where('state', 'confirm_failed')),
+      stuckPayouts: await count(t.payouts, (q) =>
+        q.whereIn('status', ['pending', 'processing']).where('created_at', '<', stuckBefore)
+      ),
+    }
   }
 
   /** Processes every due inbox row now (tests, commands, the retry timer). */

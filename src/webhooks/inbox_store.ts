@@ -141,4 +141,44 @@ export class InboxStore {
         last_error: error.slice(0, 2000),
       })
   }
+
+  /**
+   * Puts matching rows back in the queue (for `payouts:replay`). Processed rows move only
+   * with `force`; re-applying them is safe, the state machine ignores what it has seen.
+   */
+  async requeue(filter: {
+    ids?: string[]
+    state?: 'failed' | 'dead' | 'processed' | 'pending'
+    since?: Date
+    until?: Date
+    force?: boolean
+  }): Promise<number[]> {
+    const client = this.#client()
+    const query = client.from(this.table).select('id', 'state')
+    if (filter.ids?.length) query.whereIn('delivery_id', filter.ids)
+    if (filter.state) query.where('state', filter.state)
+    if (filter.since) query.where('received_at', '>=', dbDate(client, filter.since))
+    if (filter.until) query.where('received_at', '<', dbDate(client, filter.until))
+    const rows: Array<{ id: number; state: string }> = await query
+    const ids = rows
+      .filter((row) => row.state !== 'processing' && (row.state !== 'processed' || filter.force))
+      .map((row) => Number(row.id))
+    if (ids.length > 0) {
+      await client
+        .from(this.table)
+        .whereIn('id', ids)
+        .update({ state: 'pending', attempts: 0, next_attempt_at: null })
+    }
+    return ids
+  }
+
+  /** States of the given rows, after a replay. */
+  async statesOf(ids: number[]): Promise<string[]> {
+    if (ids.length === 0) return []
+    const rows: Array<{ state: string }> = await this.#client()
+      .from(this.table)
+      .select('state')
+      .whereIn('id', ids)
+    return rows.map((row) => row.state)
+  }
 }

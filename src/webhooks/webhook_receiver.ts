@@ -8,7 +8,7 @@ import type { InboxStore } from './inbox_store.ts'
 export interface WebhookReceiverOptions {
   inbox: Pick<InboxStore, 'insert'>
   /** Current secret first, then the previous one while its grace period lasts. */
-  secrets: () => string[]
+  secrets: () => string[] | Promise<string[]>
   toleranceSeconds: number
   maxBodyBytes: number
   logger: Logger
@@ -45,7 +45,7 @@ export class WebhookReceiver {
     if (!deliveryId || !DELIVERY_ID.test(deliveryId)) {
       return this.#reject(response, 'missing or malformed Svc-Delivery-Id')
     }
-    const secrets = this.options.secrets()
+    const secrets = await this.options.secrets()
     if (secrets.length === 0) {
       logger.error('payouts webhook rejected: no signing secret is configured')
       return response.status(400).send({ error: 'invalid webhook' })

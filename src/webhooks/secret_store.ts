@@ -1,0 +1,94 @@
+import type { Database } from '@adonisjs/lucid/database'
+import { dbDate } from '../database/dates.ts'
+
+/** Encrypts and decrypts with the app's APP_KEY (AdonisJS `encryption`). */
+export interface SecretCipher {
+  encrypt(value: string): string
+  decrypt<T = string>(value: string): T | null
+}
+
+export interface StoredSubscription {
+  subscriptionId: string
+  url: string
+  secret: string
+  previousSecret: string | null
+  previousValidUntil: Date | null
+}
+
+/**
+ * Signing secrets kept in the app's database, encrypted. The webhook route reads them
+ * through a short cache so the hot path does no query; a write in this process refreshes
+ * it at once, other instances within `ttlMs`.
+ */
+export class SecretStore {
+  #cache: { at: number; secrets: StoredSubscription[] } | null = null
+
+  constructor(
+    private db: Database,
+    private table: string,
+    private cipher: SecretCipher,
+    private connection?: string,
+    private ttlMs = 30_000
+  ) {}
+
+  async save(input: { subscriptionId: string; url: string; secret: string }) {
+    const client = this.db.connection(this.connection)
+    const now = dbDate(client)
+    const existing = await client
+      .from(this.table)
+      .where('subscription_id', input.subscriptionId)
+      .first()
+    const values = { url: input.url, secret: this.cipher.encrypt(input.secret), updated_at: now }
+    if (existing) await client.from(this.table).where('id', existing.id).update(values)
+    else
+      await client
+        .insertQuery()
+        .table(this.table)
+        .insert({ ...values, subscription_id: input.subscriptionId, created_at: now })
+    this.#cache = null
+  }
+
+  /** Stores a rotated secret, keeping the old one valid until `graceUntil`. */
+  async rotate(subscriptionId: string, secret: string, graceUntil: Date) {
+    const client = this.db.connection(this.connection)
+    const existing = await client.from(this.table).where('subscription_id', subscriptionId).first()
+    if (!existing) throw new Error(`subscription ${subscriptionId} is not stored in this app`)
+    await client
+      .from(this.table)
+      .where('id', existing.id)
+      .update({
+        secret: this.cipher.encrypt(secret),
+        previous_secret: existing.secret,
+        previous_valid_until: dbDate(client, graceUntil),
+        updated_at: dbDate(client),
+      })
+    this.#cache = null
+  }
+
+  async list(): Promise<StoredSubscription[]> {
+    if (this.#cache && Date.now() - this.#cache.at < this.ttlMs) return this.#cache.secrets
+    const rows = await this.db.connection(this.connection).from(this.table).orderBy('id')
+    const secrets = rows.map((row: any) => ({
+      subscriptionId: row.subscription_id,
+      url: row.url,
+      secret: this.cipher.decrypt<string>(row.secret) ?? '',
+      previousSecret: row.previous_secret ? this.cipher.decrypt<string>(row.previous_secret) : null,
+      previousValidUntil: row.previous_valid_until ? new Date(row.previous_valid_until) : null,
+    }))
+    this.#cache = { at: Date.now(), secrets }
+    return secrets
+  }
+
+  /** Current secrets, then previous ones still inside their grace period. */
+  async activeSecrets(now = Date.now()): Promise<string[]> {
+    const stored = await this.list()
+    return [
+      ...stored.map((s) => s.secret).filter(Boolean),
+      ...stored
+        .filter(
+          (s) => s.previousSecret && s.previousValidUntil && s.previousValidUntil.getTime() > now
+        )
+        .map((s) => s.previousSecret!),
+    ]
+  }
+}

@@ -1,0 +1,195 @@
+import { randomUUID } from 'node:crypto'
+import { test } from '@japa/runner'
+import { request } from 'undici'
+import PayoutsConfirmEscrow from '../../commands/payouts_confirm_escrow.ts'
+import PayoutsCoverage from '../../commands/payouts_coverage.ts'
+import PayoutsDeliveriesReplay from '../../commands/payouts_deliveries_replay.ts'
+import PayoutsReconcile from '../../commands/payouts_reconcile.ts'
+import PayoutsRecipientsSync from '../../commands/payouts_recipients_sync.ts'
+import PayoutsRecover from '../../commands/payouts_recover.ts'
+import PayoutsReplay from '../../commands/payouts_replay.ts'
+import PayoutsStatus from '../../commands/payouts_status.ts'
+import PayoutsWebhooksCreate from '../../commands/payouts_webhooks_create.ts'
+import PayoutsWebhooksList from '../../commands/payouts_webhooks_list.ts'
+import PayoutsWebhooksRotateSecret from '../../commands/payouts_webhooks_rotate_secret.ts'
+import { DateTime } from 'luxon'
+import { signPayload } from '../../src/signature/main.ts'
+import { startEmulator } from '../emulator/helpers.ts'
+import { TEST_DB } from '../helpers/database.ts'
+import { startHttpApp } from '../helpers/http_app.ts'
+
+async function setup(cleanup: (fn: () => Promise<void>) => void) {
+  const emu = await startEmulator(cleanup, { rateLimits: false })
+  const app = await startHttpApp(cleanup, {
+    apiKey: emu.apiKey,
+    baseUrl: emu.baseUrl,
+    clientRateLimiter: false,
+  })
+  const ace = await app.app.container.make('ace')
+  ace.ui.switchMode('raw')
+  const run = async (Command: any, args: string[] = []) => {
+    const command = await ace.create(Command, args)
+    await command.exec()
+    return command
+  }
+  return { emu, app, run }
+}
+
+/** The JSON the command printed last (the raw-mode logger is shared by the kernel). */
+function jsonOf(command: any) {
+  const logs = command.logger.getLogs().map((log: any) => log.message as string)
+  for (const message of logs.toReversed()) {
+    try {
+      return JSON.parse(message)
+    } catch {}
+  }
+  throw new Error('the command printed no JSON')
+}
+
+test.group(`Commands (${TEST_DB})`, () => {
+  test('payouts:coverage prints a table, or JSON with --json', async ({ assert, cleanup }) => {
+    const { run } = await setup(cleanup)
+    const table = await run(PayoutsCoverage)
+    table.assertSucceeded()
+    table.assertLogMatches(/JPY/)
+    table.assertLogMatches(/Tokens: USDC, USDT/)
+    const json = await run(PayoutsCoverage, ['--json'])
+    assert.isAbove(jsonOf(json).fiat.length, 3)
+  })
+
+  test('webhooks: create keeps the secret encrypted, list shows it, rotate keeps the old one for the grace period', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { app, run, emu } = await setup(cleanup)
+    const created = await run(PayoutsWebhooksCreate, [
+      `--url=https://hooks.example.com/webhooks/payouts`,
+      '--json',
+    ])
+    created.assertSucceeded()
+    const subscription = jsonOf(created)
+    assert.notProperty(subscription, 'secret')
+    const plaintext = emu.webhooks.subscriptions.get(subscription.id)!.secret
+    const db = await app.app.container.make('lucid.db')
+    const [row] = await db.from(`${app.prefix}webhook_secrets`)
+    assert.notInclude(row.secret, plaintext, 'stored encrypted')
+    assert.include(await app.payouts.webhookSecrets(), plaintext)
+
+    const list = await run(PayoutsWebhooksList, ['--json'])
+    assert.deepInclude(jsonOf(list)[0], { id: subscription.id, secretStored: true })
+
+    const rotated = await run(PayoutsWebhooksRotateSecret, [subscription.id])
+    rotated.assertSucceeded()
+    const fresh = emu.webhooks.subscriptions.get(subscription.id)!.secret
+    assert.notEqual(fresh, plaintext)
+    // A delivery signed with the old secret is still accepted during the grace period.
+    const raw = JSON.stringify({ type: 'payout.created', data: { payoutId: randomUUID() } })
+    for (const secret of [plaintext, fresh]) {
+      const response = await request(`${app.url}/webhooks/payouts`, {
+        method: 'POST',
+        body: raw,
+        headers: {
+          'content-type': 'application/json',
+          'svc-signature': signPayload(secret, Math.floor(Date.now() / 1000), raw),
+          'svc-delivery-id': `dlv_${randomUUID()}`,
+        },
+      })
+      assert.equal(response.statusCode, 200)
+    }
+    const failed = await run(PayoutsWebhooksRotateSecret, ['sub_unknown'])
+    failed.assertFailed()
+  })
+
+  test('payouts:replay re-runs dead and processed deliveries; --force is needed for processed', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { app, run } = await setup(cleanup)
+    const post = async (body: object, id: string) => {
+      const raw = JSON.stringify(body)
+      await request(`${app.url}/webhooks/payouts`, {
+        method: 'POST',
+        body: raw,
+        headers: {
+          'content-type': 'application/json',
+          'svc-signature': signPayload('whsec_current_secret', Math.floor(Date.now() / 1000), raw),
+          'svc-delivery-id': id,
+        },
+      })
+    }
+    await post({ type: 'payout.status.updated', data: { status: 'processing' } }, 'dlv_dead')
+    await post({ type: 'payout.created', data: { payoutId: randomUUID() } }, 'dlv_ok')
+    await app.payouts.drainInbox()
+
+    const nothing = await run(PayoutsReplay)
+    nothing.assertFailed()
+    nothing.assertLogMatches(/Say what to replay/)
+
+    const dead = await run(PayoutsReplay, ['--state=dead', '--json'])
+    dead.assertFailed()
+    assert.deepInclude(jsonOf(dead), { requeued: 1, failing: 1 })
+
+    const unforced = await run(PayoutsReplay, ['--id=dlv_ok', '--json'])
+    assert.deepInclude(jsonOf(unforced), { requeued: 0 })
+    const forced = await run(PayoutsReplay, ['--id=dlv_ok', '--force', '--json'])
+    forced.assertSucceeded()
+    assert.deepInclude(jsonOf(forced), { requeued: 1, failing: 0 })
+    assert.lengthOf(
+      app.events.filter((e) => e.name === 'payouts:created'),
+      1,
+      're-applying changed nothing'
+    )
+  })
+
+  test('payouts:reconcile, payouts:recover, payouts:confirm-escrow and payouts:status', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { app, run, emu } = await setup(cleanup)
+    const recipient = emu.admin.seedRecipient()
+    const { result } = await app.payouts.execute({
+      fromCurrency: 'USDC',
+      toCurrency: 'MXN',
+      amount: 20,
+      recipientId: recipient.id,
+      walletAddress: '0x' + '9'.repeat(40),
+    })
+    await app.payouts.escrow.recordDeposit({
+      quoteId: result.quoteId,
+      txHash: '0x' + '1'.repeat(64),
+      confirmedAt: DateTime.now().minus({ hours: 1 }),
+    })
+
+    const reconcile = await run(PayoutsReconcile, ['--stale-after-ms=0', '--json'])
+    reconcile.assertSucceeded()
+    assert.deepInclude(jsonOf(reconcile), { checked: 1 })
+
+    const recover = await run(PayoutsRecover, ['--older-than-ms=0'])
+    recover.assertSucceeded()
+    recover.assertLogMatches(/Re-sent/)
+
+    const escrow = await run(PayoutsConfirmEscrow, ['--json'])
+    escrow.assertFailed()
+    assert.deepInclude(jsonOf(escrow), { failed: 1 })
+
+    const status = await run(PayoutsStatus, ['--json'])
+    status.assertFailed()
+    assert.deepInclude(jsonOf(status), {
+      environment: 'sandbox',
+      escrowFailed: 1,
+      deadLetters: 0,
+      unknownIntents: 0,
+    })
+  })
+
+  test('payouts:deliveries:replay and payouts:recipients:sync', async ({ assert, cleanup }) => {
+    const { run, emu } = await setup(cleanup)
+    emu.admin.seedRecipient({ name: 'Remote' })
+    const sync = await run(PayoutsRecipientsSync, ['--json'])
+    sync.assertSucceeded()
+    assert.deepEqual(jsonOf(sync), { created: 1, updated: 0, deleted: 0 })
+    const missing = await run(PayoutsDeliveriesReplay, ['dlv_missing'])
+    missing.assertFailed()
+    missing.assertLogMatches(/Replay failed/)
+  })
+})
