@@ -85,6 +85,12 @@ export const payoutsConfigSchema = z.object({
         .int()
         .positive()
         .default(24 * 3600_000),
+      /**
+       * A redis:// (or rediss://) URL: the job locks live in Redis (ioredis, an optional
+       * peer) instead of the app's database. Query options go to ioredis, e.g.
+       * `?keyPrefix=app1:` when apps with different databases share one Redis.
+       */
+      redis: z.url({ protocol: /^rediss?$/ }).optional(),
     })
     .default({
       enabled: true,

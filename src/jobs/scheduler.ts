@@ -17,7 +17,8 @@ export interface JobSchedulerOptions {
 /**
  * Runs the plugin's jobs on intervals in the web process. Each run first takes a lock
  * whose TTL is the interval and is never released early, so across every instance of the
- * app a job runs at most once per interval (the lock lives in the app's database).
+ * app a job runs at most once per interval (the lock lives in the app's database, or in
+ * Redis with `jobs.redis`). Every run is logged as `payouts job ran` with its summary.
  */
 export class JobScheduler {
   #timers: NodeJS.Timeout[] = []
@@ -40,11 +41,18 @@ export class JobScheduler {
       `svc-payouts:${job.name}`,
       Math.max(1, job.intervalMs - 50)
     )
-    if (!(await lock.acquireImmediately())) return 'skipped'
+    try {
+      if (!(await lock.acquireImmediately())) return 'skipped'
+    } catch (error) {
+      // The lock store is down: skip this tick rather than risk a second run elsewhere.
+      this.options.logger.error({ err: error, job: job.name }, 'payouts job lock unavailable')
+      return 'failed'
+    }
     const run = job.run()
     this.#running.add(run)
     try {
       const result = await run
+      this.options.logger.info({ job: job.name, result }, 'payouts job ran')
       this.options.onRun?.(job.name, result)
       return 'ran'
     } catch (error) {

@@ -11,6 +11,7 @@ import type { PayoutChange, PayoutLedger } from '../ledger/payout_ledger.ts'
 import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
 import type { Reconciler } from '../jobs/reconciler.ts'
 import type { EscrowFallback } from '../jobs/escrow_fallback.ts'
+import type { JobLocks } from '../jobs/locks.ts'
 import type { JobScheduler } from '../jobs/scheduler.ts'
 import type { PayoutsStream } from '../stream/payouts_stream.ts'
 import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
@@ -68,6 +69,7 @@ export class PayoutsService {
   #transmit?: ChannelBroadcaster
   #stream?: PayoutsStream
   #scheduler?: JobScheduler
+  #jobLocks?: JobLocks
 
   constructor(config: PayoutsConfig, deps: PayoutsServiceDeps) {
     this.config = config
@@ -374,31 +376,27 @@ export class PayoutsService {
 
   /**
    * Starts the jobs (reconcile, escrow fallback, recovery) on intervals, each guarded by
-   * a lock in the app's database so it runs once per interval across all instances.
+   * a lock (in the app's database, or in Redis with `jobs.redis`) so it runs once per
+   * interval across all instances.
    */
   async startJobs() {
     if (this.#scheduler) return this.#scheduler
     const { db } = await this.parts()
-    const { Verrou } = await import('@verrou/core')
-    const { knexStore } = await import('@verrou/core/drivers/knex')
+    const { createJobLocks } = await import('../jobs/locks.ts')
     const { JobScheduler } = await import('../jobs/scheduler.ts')
     const { tableNames } = await import('../database/schema.ts')
     const { connection, tablePrefix } = this.config.ledger
-    const verrou = new Verrou({
-      default: 'database',
-      stores: {
-        database: {
-          driver: knexStore({
-            connection: db.connection(connection).getWriteClient(),
-            tableName: tableNames(tablePrefix).locks,
-            autoCreateTable: false,
-          }),
-        },
-      },
-    })
     const { jobs } = this.config
+    const locks = await createJobLocks({
+      redis: jobs.redis,
+      db,
+      connection,
+      tableName: tableNames(tablePrefix).locks,
+      logger: this.#deps.logger,
+    })
+    this.#jobLocks = locks
     this.#scheduler = new JobScheduler({
-      locks: verrou.use('database'),
+      locks: locks.locks,
       logger: this.#deps.logger,
       jobs: [
         { name: 'reconcile', intervalMs: jobs.reconcileEveryMs, run: () => this.reconcile() },
@@ -543,6 +541,8 @@ export class PayoutsService {
   async close() {
     await this.#scheduler?.stop()
     this.#scheduler = undefined
+    await this.#jobLocks?.close()
+    this.#jobLocks = undefined
     await this.#stream?.stop()
     this.#stream = undefined
     clearInterval(this.#inboxTimer)
