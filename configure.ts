@@ -3,14 +3,51 @@ import type Configure from '@adonisjs/core/commands/configure'
 import { stubsRoot } from './stubs/main.ts'
 
 const SANDBOX_DEFAULT_URL = 'http://127.0.0.1:4010'
+const WEBHOOK_PATH = '/webhooks/payouts'
+const TABLE_PREFIX = 'svc_'
+
+/** Reads a file of the host app, or '' when it does not exist. */
+function readAppFile(command: Configure, path: string) {
+  return readFile(command.app.makePath(path), 'utf8').catch(() => '')
+}
 
 /**
- * `node ace configure @svc/adonis-payouts`: publishes the config, registers the provider
- * and commands, and declares the env variables. Every prompt has a flag
- * (`--base-url`), so it runs unattended; running it twice changes nothing.
+ * Adds the webhook route to `csrf.exceptRoutes` in config/shield.ts (when Shield is
+ * installed): the service cannot send a CSRF token. Returns false when the file has a
+ * shape we do not recognise, so the caller prints the manual step instead.
+ */
+async function exceptFromCsrf(command: Configure, project: any): Promise<boolean> {
+  const file = project?.addSourceFileAtPathIfExists(command.app.configPath('shield.ts'))
+  if (!file) return true
+  // Kind names, not SyntaxKind: ts-morph is the host app's (through the assembler).
+  const csrf = file
+    .getDescendants()
+    .find((node: any) => node.getKindName() === 'PropertyAssignment' && node.getName() === 'csrf')
+    ?.getInitializer()
+  if (csrf?.getKindName() !== 'ObjectLiteralExpression') return false
+  const except = csrf.getProperty('exceptRoutes')
+  if (!except) {
+    csrf.addPropertyAssignment({ name: 'exceptRoutes', initializer: `['${WEBHOOK_PATH}']` })
+  } else {
+    const list = except.getInitializer?.()
+    if (list?.getKindName() !== 'ArrayLiteralExpression') return false
+    const quoted = (text: string) => text.slice(1, -1)
+    if (list.getElements().some((el: any) => quoted(el.getText()) === WEBHOOK_PATH)) return true
+    list.addElement(`'${WEBHOOK_PATH}'`)
+  }
+  await file.save()
+  return true
+}
+
+/**
+ * `node ace configure @svc/adonis-payouts`: publishes config/payouts.ts, the migration and
+ * the start/payouts.ts preload (webhook route, Transmit channels), registers the provider,
+ * commands and preload, declares the env variables, and exempts the webhook route from
+ * CSRF. Every prompt has a flag (`--base-url`, `--api-key`), so it runs unattended;
+ * running it twice changes nothing.
  */
 export async function configure(command: Configure) {
-  let baseUrl: string | undefined = command.parsedFlags['base-url'] as string | undefined
+  let baseUrl = command.parsedFlags['base-url'] as string | undefined
   if (baseUrl === undefined) {
     baseUrl = await command.prompt.ask('Base URL of the Payout Service (the emulator by default)', {
       default: SANDBOX_DEFAULT_URL,
@@ -21,48 +58,83 @@ export async function configure(command: Configure) {
     command.exitCode = 1
     return
   }
+  const apiKey = (command.parsedFlags['api-key'] as string | undefined) ?? ''
+  if (apiKey && !/^sk_(test|live)_[A-Za-z0-9]+$/.test(apiKey)) {
+    command.logger.error('--api-key must look like sk_test_... or sk_live_...')
+    command.exitCode = 1
+    return
+  }
+
+  const rcFile = await readAppFile(command, 'adonisrc.ts')
+  const hasTransmit = rcFile.includes('@adonisjs/transmit/transmit_provider')
+  if (!rcFile.includes('@adonisjs/lucid/database_provider')) {
+    command.logger.warning(
+      '@adonisjs/lucid is not installed: the ledger needs it (node ace add @adonisjs/lucid)'
+    )
+  }
 
   const codemods = await command.createCodemods()
-  await codemods.makeUsingStub(stubsRoot, 'config/payouts.stub', {})
+  await codemods.makeUsingStub(stubsRoot, 'config/payouts.stub', {
+    webhookPath: WEBHOOK_PATH,
+    prefix: TABLE_PREFIX,
+  })
+  await codemods.makeUsingStub(stubsRoot, 'start/payouts.stub', { transmit: hasTransmit })
 
   // One migration, once: a second run finds it and publishes nothing.
   const migrations = await readdir(command.app.makePath('database/migrations')).catch(() => [])
   if (!migrations.some((file) => file.endsWith('_create_payouts_tables.ts'))) {
     await codemods.makeUsingStub(stubsRoot, 'migrations/create_payouts_tables.stub', {
-      prefix: 'svc_',
+      prefix: TABLE_PREFIX,
       migration: {
         folder: 'database/migrations',
         fileName: `${Date.now()}_create_payouts_tables.ts`,
       },
     })
   }
-  await codemods.updateRcFile((rcFile) => {
-    rcFile.addProvider('@svc/adonis-payouts/payouts_provider')
-    rcFile.addCommand('@svc/adonis-payouts/commands')
+
+  await codemods.updateRcFile((rc) => {
+    rc.addProvider('@svc/adonis-payouts/payouts_provider')
+    rc.addCommand('@svc/adonis-payouts/commands')
+    rc.addPreloadFile('#start/payouts')
   })
-  // Only the variables .env lacks: a second run must not rewrite the file.
-  const envFile = await readFile(command.app.makePath('.env'), 'utf8').catch(() => '')
+
+  // Only the variables .env lacks: a second run must not rewrite the file. The key and
+  // the secret stay empty in .env.example.
+  const envFile = await readAppFile(command, '.env')
   const variables = Object.fromEntries(
     Object.entries({
-      PAYOUTS_API_KEY: '',
+      PAYOUTS_API_KEY: apiKey,
       PAYOUTS_BASE_URL: baseUrl,
       PAYOUTS_WEBHOOK_SECRET: '',
     }).filter(([name]) => !new RegExp(`^${name}=`, 'm').test(envFile))
   )
-  if (Object.keys(variables).length > 0) await codemods.defineEnvVariables(variables)
+  if (Object.keys(variables).length > 0) {
+    await codemods.defineEnvVariables(variables, { omitFromExample: ['PAYOUTS_API_KEY'] })
+  }
   await codemods.defineEnvValidations({
     leadingComment: 'Variables for configuring @svc/adonis-payouts',
     variables: {
       PAYOUTS_API_KEY: 'Env.schema.string()',
       PAYOUTS_BASE_URL: 'Env.schema.string({ format: "url", tld: false })',
       PAYOUTS_WEBHOOK_SECRET: 'Env.schema.string.optional()',
+      PAYOUTS_REDIS_URL: 'Env.schema.string.optional()',
     },
   })
 
+  const csrfDone = await exceptFromCsrf(command, await codemods.getTsMorphProject())
+  if (!csrfDone) {
+    command.logger.warning(`Add '${WEBHOOK_PATH}' to csrf.exceptRoutes in config/shield.ts`)
+  }
+
   command.logger.success('Payouts configured. Next steps:')
-  command.logger.log('  1. Set PAYOUTS_API_KEY (sk_test_... for the sandbox) in .env')
-  command.logger.log('  2. node ace migration:run')
-  command.logger.log(
-    '  3. node ace payouts:webhooks:create --url https://your.app/webhooks/payouts'
-  )
+  if (!apiKey && !/^PAYOUTS_API_KEY=\S/m.test(envFile)) {
+    command.logger.log('  - Set PAYOUTS_API_KEY (sk_test_... for the sandbox) in .env')
+  }
+  command.logger.log('  - node ace migration:run')
+  command.logger.log(`  - node ace payouts:webhooks:create --url https://your.app${WEBHOOK_PATH}`)
+  if (hasTransmit) {
+    command.logger.log(
+      '  - Decide who may watch payouts: the channel callbacks in start/payouts.ts'
+    )
+  }
 }

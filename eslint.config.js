@@ -5,6 +5,7 @@ export default configPkg(
     ignores: [
       'build/**',
       'tests/tmp/**',
+      'tests/fixtures/**',
       'examples/**/build/**',
       'examples/**/node_modules/**',
       'coverage/**',

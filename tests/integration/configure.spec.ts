@@ -1,9 +1,31 @@
+import { readdir, readFile } from 'node:fs/promises'
 import { test } from '@japa/runner'
 import { IgnitorFactory } from '@adonisjs/core/factories'
 import Configure from '@adonisjs/core/commands/configure'
 import { BASE_URL } from '../helpers/app.ts'
 
-async function setupScratchApp(fs: { create(path: string, contents: string): Promise<void> }) {
+const FIXTURE = new URL('../fixtures/bare_app/', import.meta.url)
+const DEMO = new URL('../../examples/demo/', import.meta.url)
+const ARGS = ['../../index.ts', '--base-url=http://127.0.0.1:4010']
+
+const SHIELD_CONFIG = `import { defineConfig } from '@adonisjs/shield'
+
+const shieldConfig = defineConfig({
+  csp: { enabled: false },
+  csrf: {
+    enabled: true,
+    exceptRoutes: [],
+    methods: ['POST', 'PUT', 'PATCH', 'DELETE'],
+  },
+})
+
+export default shieldConfig
+`
+
+type Fs = { create(path: string, contents: string): Promise<void> }
+
+/** A console app in tests/tmp seeded with the bare app's files (the demo before configure). */
+async function setupScratchApp(fs: Fs, extraFiles: Record<string, string> = {}) {
   const ignitor = new IgnitorFactory()
     .withCoreProviders()
     .withCoreConfig()
@@ -18,27 +40,31 @@ async function setupScratchApp(fs: { create(path: string, contents: string): Pro
   const app = ignitor.createApp('console')
   await app.init()
   await app.boot()
-  await fs.create('.env', '')
-  await fs.create('tsconfig.json', '{}')
-  await fs.create('start/env.ts', `export default Env.create(new URL('./'), {})`)
-  await fs.create('adonisrc.ts', `export default defineConfig({})`)
+  for (const file of ['adonisrc.ts', 'start/env.ts', '.env.example', 'tsconfig.json']) {
+    await fs.create(file, await readFile(new URL(file, FIXTURE), 'utf8'))
+  }
+  await fs.create('.env', 'PORT=3333\n')
+  for (const [path, contents] of Object.entries(extraFiles)) await fs.create(path, contents)
   const ace = await app.container.make('ace')
   ace.ui.switchMode('raw')
   return { app, ace }
 }
 
+/** The migration configure published (its name carries a timestamp). */
+async function migrationOf(root: URL) {
+  const files = await readdir(new URL('database/migrations/', root))
+  return files.filter((file) => file.endsWith('_create_payouts_tables.ts'))
+}
+
 test.group('Configure', (group) => {
   group.each.timeout(0)
 
-  test('publishes the config, registers provider and commands, declares env vars', async ({
+  test('publishes config, migration and preload; registers provider, commands and preload; declares env vars', async ({
     assert,
     fs,
   }) => {
     const { ace } = await setupScratchApp(fs)
-    const command = await ace.create(Configure, [
-      '../../index.ts',
-      '--base-url=http://127.0.0.1:4010',
-    ])
+    const command = await ace.create(Configure, [...ARGS, '--api-key=sk_test_abc123'])
     await command.exec()
     command.assertSucceeded()
 
@@ -46,38 +72,102 @@ test.group('Configure', (group) => {
       `apiKey: env.get('PAYOUTS_API_KEY')`,
       `baseUrl: env.get('PAYOUTS_BASE_URL')`,
       `secret: env.get('PAYOUTS_WEBHOOK_SECRET')`,
+      `path: '/webhooks/payouts'`,
+      `tablePrefix: 'svc_'`,
+    ])
+    await assert.fileContains('start/payouts.ts', [
+      'await payouts.registerRoutes(router)',
+      'payouts.registerChannels(transmit, {',
     ])
     await assert.fileContains('adonisrc.ts', [
-      '@svc/adonis-payouts/payouts_provider',
-      '@svc/adonis-payouts/commands',
+      `() => import('@svc/adonis-payouts/payouts_provider')`,
+      `() => import('@svc/adonis-payouts/commands')`,
+      `() => import('#start/payouts')`,
     ])
-    await assert.fileContains('.env', 'PAYOUTS_BASE_URL=http://127.0.0.1:4010')
-    const migrations = await fs.readDir('database/migrations')
-    assert.lengthOf(migrations, 1)
-    assert.match(migrations[0].path, /^\d+_create_payouts_tables\.ts$/)
-    await assert.fileContains(`database/migrations/${migrations[0].path}`, [
+    await assert.fileContains('.env', [
+      'PAYOUTS_BASE_URL=http://127.0.0.1:4010',
+      'PAYOUTS_API_KEY=sk_test_abc123',
+    ])
+    // The example file documents the variables without leaking the key.
+    await assert.fileContains('.env.example', 'PAYOUTS_BASE_URL=http://127.0.0.1:4010')
+    await assert.fileContains('.env.example', 'PAYOUTS_API_KEY=')
+    await assert.fileNotContains('.env.example', 'sk_test_abc123')
+    const [migration, ...others] = await fs.readDir('database/migrations')
+    assert.lengthOf(others, 0)
+    assert.match(migration.path, /^\d+_create_payouts_tables\.ts$/)
+    await assert.fileContains(`database/migrations/${migration.path}`, [
       `createPayoutsTables(this.schema, 'svc_')`,
       `dropPayoutsTables(this.schema, 'svc_')`,
     ])
     await assert.fileContains('start/env.ts', [
       'PAYOUTS_API_KEY: Env.schema.string()',
       'PAYOUTS_WEBHOOK_SECRET: Env.schema.string.optional()',
+      'PAYOUTS_REDIS_URL: Env.schema.string.optional()',
     ])
+    command.assertLog('  - node ace migration:run')
+    // The key was given: no step asks for it.
+    const logs = command.logger.getLogs().map((log) => log.message)
+    assert.notMatch(logs.join('\n'), /Set PAYOUTS_API_KEY/)
   })
 
   test('running it twice leaves the app unchanged', async ({ assert, fs }) => {
-    const { ace } = await setupScratchApp(fs)
-    const args = ['../../index.ts', '--base-url=http://127.0.0.1:4010']
-    const initial = await ace.create(Configure, args)
+    const { ace } = await setupScratchApp(fs, { 'config/shield.ts': SHIELD_CONFIG })
+    const initial = await ace.create(Configure, ARGS)
     await initial.exec()
-    const files = ['config/payouts.ts', 'adonisrc.ts', '.env', 'start/env.ts']
+    initial.assertSucceeded()
+    const files = [
+      'config/payouts.ts',
+      'config/shield.ts',
+      'start/payouts.ts',
+      'adonisrc.ts',
+      '.env',
+      '.env.example',
+      'start/env.ts',
+    ]
     const first = await Promise.all(files.map((file) => fs.contents(file)))
-    const again = await ace.create(Configure, args)
+    const again = await ace.create(Configure, ARGS)
     await again.exec()
     again.assertSucceeded()
     assert.lengthOf(await fs.readDir('database/migrations'), 1)
     const second = await Promise.all(files.map((file) => fs.contents(file)))
     assert.deepEqual(second, first)
+  })
+
+  test('exempts the webhook route from Shield CSRF when Shield is installed', async ({
+    assert,
+    fs,
+  }) => {
+    const { ace } = await setupScratchApp(fs, { 'config/shield.ts': SHIELD_CONFIG })
+    const command = await ace.create(Configure, ARGS)
+    await command.exec()
+    command.assertSucceeded()
+    await assert.fileContains('config/shield.ts', `exceptRoutes: ['/webhooks/payouts']`)
+    await assert.fileContains('config/shield.ts', `methods: ['POST', 'PUT', 'PATCH', 'DELETE']`)
+  })
+
+  test('an unrecognised shield config gets the manual step printed, not a broken edit', async ({
+    assert,
+    fs,
+  }) => {
+    const custom = SHIELD_CONFIG.replace('exceptRoutes: [],', 'exceptRoutes: (ctx) => false,')
+    const { ace } = await setupScratchApp(fs, { 'config/shield.ts': custom })
+    const command = await ace.create(Configure, ARGS)
+    await command.exec()
+    command.assertSucceeded()
+    command.assertLogMatches(/Add '\/webhooks\/payouts' to csrf\.exceptRoutes/)
+    assert.equal(await fs.contents('config/shield.ts'), custom)
+  })
+
+  test('without Transmit the preload registers the route only', async ({ assert, fs }) => {
+    const { ace } = await setupScratchApp(fs)
+    const rc = await fs.contents('adonisrc.ts')
+    await fs.create('adonisrc.ts', rc.replace(/.*transmit_provider.*\n/, ''))
+    const command = await ace.create(Configure, ARGS)
+    await command.exec()
+    command.assertSucceeded()
+    command.assertLogMatches(/Set PAYOUTS_API_KEY/)
+    await assert.fileContains('start/payouts.ts', 'await payouts.registerRoutes(router)')
+    await assert.fileNotContains('start/payouts.ts', 'transmit')
   })
 
   test('an invalid --base-url fails with a logged error and exit code 1', async ({ fs }) => {
@@ -86,5 +176,46 @@ test.group('Configure', (group) => {
     await command.exec()
     command.assertFailed()
     command.assertLogMatches(/"not a url" is not a valid URL/)
+  })
+
+  test('a malformed --api-key fails before anything is written', async ({ assert, fs }) => {
+    const { ace } = await setupScratchApp(fs)
+    const command = await ace.create(Configure, [...ARGS, '--api-key=pk_nope'])
+    await command.exec()
+    command.assertFailed()
+    command.assertLogMatches(/--api-key must look like sk_test_/)
+    await assert.fileNotExists('config/payouts.ts')
+  })
+
+  test('the example app is what configure produces on the bare app', async ({ assert, fs }) => {
+    const { ace } = await setupScratchApp(fs)
+    const command = await ace.create(Configure, ARGS)
+    await command.exec()
+    command.assertSucceeded()
+
+    const demoFile = (path: string) => readFile(new URL(path, DEMO), 'utf8')
+    for (const file of [
+      'adonisrc.ts',
+      'start/env.ts',
+      '.env.example',
+      'config/payouts.ts',
+      'tsconfig.json',
+    ]) {
+      assert.equal(await demoFile(file), await fs.contents(file), `${file} differs`)
+    }
+    // The demo decides who may watch (step 4 of the next steps); the rest is configure's.
+    const channels = /payouts\.registerChannels\(transmit, \{[\s\S]*?\n\}\)/
+    const published = await fs.contents('start/payouts.ts')
+    assert.match(published, channels)
+    assert.equal(
+      (await demoFile('start/payouts.ts')).replace(channels, '<channels>'),
+      published.replace(channels, '<channels>')
+    )
+    const [demoMigration] = await migrationOf(DEMO)
+    const [migration] = await fs.readDir('database/migrations')
+    assert.equal(
+      await demoFile(`database/migrations/${demoMigration}`),
+      await fs.contents(`database/migrations/${migration.path}`)
+    )
   })
 })
