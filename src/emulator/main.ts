@@ -371,6 +371,7 @@ export class EmulatorAdmin {
           now: this.clock.iso(),
           sizes: this.sizes(),
           faults: this.faultStats(),
+          accountPaymentMethods: this.accountPaymentMethods(),
           payouts: this.payouts(),
         },
       }

@@ -1,0 +1,28 @@
+import app from '@adonisjs/core/services/app'
+import env from '#start/env'
+import { defineConfig } from '@svc/adonis-payouts'
+
+/**
+ * Cross-Border Payout Service. The key's prefix (sk_test_ or sk_live_) must match the
+ * environment of PAYOUTS_BASE_URL. Every option and its default: the package's README.
+ */
+const payoutsConfig = defineConfig({
+  apiKey: env.get('PAYOUTS_API_KEY'),
+  baseUrl: env.get('PAYOUTS_BASE_URL'),
+  // The emulator delivers webhooks to http://127.0.0.1; the real service only to https.
+  allowInsecureLoopbackWebhooks: !app.inProduction,
+  webhook: {
+    path: '/webhooks/payouts',
+    secret: env.get('PAYOUTS_WEBHOOK_SECRET'),
+  },
+  jobs: {
+    // Several instances: set PAYOUTS_REDIS_URL to keep the jobs' locks in Redis.
+    redis: env.get('PAYOUTS_REDIS_URL'),
+  },
+  ledger: {
+    enabled: true,
+    tablePrefix: 'svc_',
+  },
+})
+
+export default payoutsConfig

@@ -1,0 +1,13 @@
+import router from '@adonisjs/core/services/router'
+import transmit from '@adonisjs/transmit/services/main'
+
+const PayoutsController = () => import('#controllers/payouts_controller')
+
+transmit.registerRoutes()
+
+router.get('/', [PayoutsController, 'page'])
+router.get('/assets/transmit-client.js', [PayoutsController, 'transmitClient'])
+router.get('/api/payouts', [PayoutsController, 'index'])
+router.post('/api/payouts', [PayoutsController, 'store'])
+router.get('/api/payouts/:id/events', [PayoutsController, 'events'])
+router.post('/api/payouts/:id/deposit', [PayoutsController, 'simulateDeposit'])

@@ -1,0 +1,17 @@
+import { startDemo } from './demo_runner.ts'
+
+/** `npm run demo`: the emulator and the example app on SQLite, until Ctrl-C. */
+const demo = await startDemo({ port: Number(process.env.PORT ?? 3333), writeEnvFile: true })
+console.log(
+  `\nPayouts demo ready: open ${demo.url}\n(emulator ${demo.emulator.baseUrl}; Ctrl-C stops both)`
+)
+
+let stopping = false
+const stop = async () => {
+  if (stopping) return
+  stopping = true
+  await demo.stop()
+  process.exit(0)
+}
+process.once('SIGINT', stop)
+process.once('SIGTERM', stop)

@@ -1,0 +1,182 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { once } from 'node:events'
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import { PayoutsEmulator } from '../src/emulator/main.ts'
+
+const ROOT = fileURLToPath(new URL('../', import.meta.url))
+export const DEMO_ROOT = fileURLToPath(new URL('../examples/demo/', import.meta.url))
+
+type Log = (line: string) => void
+const print: Log = (line) => console.log(line)
+
+function run(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = process.env) {
+  const result = spawnSync(command, args, { cwd, stdio: ['ignore', 'inherit', 'inherit'], env })
+  if (result.status !== 0) throw new Error(`${command} ${args.join(' ')} failed in ${cwd}`)
+}
+
+/** Env every demo process gets; `extra` wins. A fresh APP_KEY unless one is given. */
+export function demoEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    NODE_ENV: 'development',
+    HOST: '127.0.0.1',
+    PORT: '3333',
+    LOG_LEVEL: 'warn',
+    APP_KEY: randomBytes(32).toString('base64url'),
+  }
+  for (const [key, value] of Object.entries(extra)) {
+    if (value === undefined) delete env[key]
+    else env[key] = value
+  }
+  return env
+}
+
+/**
+ * `node ace <args>` in the example app. Asynchronous: the emulator may live in this
+ * process, and a blocked event loop could not answer the command.
+ */
+export async function demoAce(args: string[], env: NodeJS.ProcessEnv) {
+  const child = spawn(process.execPath, ['--import=@poppinss/ts-exec', 'bin/console.ts', ...args], {
+    cwd: DEMO_ROOT,
+    stdio: ['ignore', 'inherit', 'inherit'],
+    env,
+  })
+  const [code] = await once(child, 'exit')
+  if (code !== 0) throw new Error(`node ace ${args.join(' ')} failed (exit ${code})`)
+}
+
+let installed: Promise<void> | undefined
+
+/**
+ * Builds the package and installs it into examples/demo as a copy (install-links: a
+ * symlink would give the app two copies of @adonisjs/core). Once per process.
+ */
+export function installDemo(log: Log = print): Promise<void> {
+  installed ??= Promise.resolve().then(() => {
+    log('Building @svc/adonis-payouts…')
+    run('npm', ['run', 'build', '--silent'], ROOT)
+    log('Installing it into examples/demo…')
+    rmSync(`${DEMO_ROOT}node_modules/@svc`, { recursive: true, force: true })
+    run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], DEMO_ROOT)
+  })
+  return installed
+}
+
+export interface DemoApp {
+  url: string
+  child: ChildProcess
+  stop(): Promise<void>
+}
+
+/**
+ * Starts `examples/demo/bin/server.ts` with `env` (see demoEnv) on `port` and resolves once
+ * it answers. `stop()` sends SIGINT (the app terminates cleanly), then SIGKILL after 5 s.
+ */
+export async function startDemoApp(options: {
+  port: number
+  env: NodeJS.ProcessEnv
+  output?: 'inherit' | 'ignore'
+}): Promise<DemoApp> {
+  const child = spawn(process.execPath, ['--import=@poppinss/ts-exec', 'bin/server.ts'], {
+    cwd: DEMO_ROOT,
+    stdio: ['ignore', options.output ?? 'inherit', options.output ?? 'inherit'],
+    env: { ...options.env, PORT: String(options.port) },
+  })
+  const url = `http://127.0.0.1:${options.port}`
+  const stop = async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return
+    const exited = new Promise((resolve) => child.once('exit', resolve))
+    child.kill('SIGINT')
+    const timer = setTimeout(() => child.kill('SIGKILL'), 5000)
+    await exited
+    clearTimeout(timer)
+  }
+  const started = Date.now()
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`the demo app on port ${options.port} exited`)
+    try {
+      const response = await fetch(`${url}/api/payouts`)
+      if (response.ok) break
+    } catch {}
+    if (Date.now() - started > 60_000) {
+      await stop()
+      throw new Error(`the demo app on port ${options.port} did not answer within 60 s`)
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200))
+  }
+  return { url, child, stop }
+}
+
+export interface DemoOptions {
+  port?: number
+  emulatorPort?: number
+  /** Emulated time between lifecycle steps. */
+  stepIntervalMs?: number
+  /** Skip the package build and the demo's npm install (already done). */
+  skipInstall?: boolean
+  /** Write examples/demo/.env so `node ace` works there by hand afterwards. */
+  writeEnvFile?: boolean
+  output?: 'inherit' | 'ignore'
+  log?: Log
+}
+
+export interface RunningDemo {
+  url: string
+  emulator: PayoutsEmulator
+  stop(): Promise<void>
+}
+
+/**
+ * The whole demo: builds and installs the package, starts the emulator, migrates a fresh
+ * SQLite file, starts the app, subscribes its webhook, and returns its URL.
+ */
+export async function startDemo(options: DemoOptions = {}): Promise<RunningDemo> {
+  const log = options.log ?? print
+  if (!options.skipInstall) await installDemo(log)
+  const emulator = await PayoutsEmulator.start({
+    port: options.emulatorPort ?? 0,
+    stepIntervalMs: options.stepIntervalMs ?? 1500,
+    escrowDetectionDelayMs: 3000,
+  })
+  const port = options.port ?? 3333
+  mkdirSync(`${DEMO_ROOT}tmp`, { recursive: true })
+  const dbFile = `tmp/demo-${port}.sqlite`
+  rmSync(`${DEMO_ROOT}${dbFile}`, { force: true })
+  const env = demoEnv({
+    PORT: String(port),
+    DB_FILE: dbFile,
+    PAYOUTS_API_KEY: emulator.apiKey,
+    PAYOUTS_BASE_URL: emulator.baseUrl,
+  })
+  if (options.writeEnvFile) {
+    const keys = ['NODE_ENV', 'PORT', 'HOST', 'APP_KEY', 'LOG_LEVEL', 'DB_FILE']
+    const lines = [...keys, 'PAYOUTS_API_KEY', 'PAYOUTS_BASE_URL'].map((k) => `${k}=${env[k]}`)
+    writeFileSync(`${DEMO_ROOT}.env`, lines.join('\n') + '\n')
+  }
+  try {
+    log('Migrating…')
+    await demoAce(['migration:run', '--force'], env)
+    log('Starting the app…')
+    const app = await startDemoApp({ port, env, output: options.output })
+    try {
+      log('Subscribing the webhook…')
+      await demoAce(['payouts:webhooks:create', `--url=${app.url}/webhooks/payouts`], env)
+    } catch (error) {
+      await app.stop()
+      throw error
+    }
+    return {
+      url: app.url,
+      emulator,
+      async stop() {
+        await app.stop()
+        await emulator.close()
+      },
+    }
+  } catch (error) {
+    await emulator.close()
+    throw error
+  }
+}
