@@ -20,6 +20,8 @@ export const payoutsConfigSchema = z.object({
   timeoutMs: z.number().int().positive().default(30_000),
   retry: retrySchema,
   clientRateLimiter: z.boolean().default(true),
+  /** Development only: allow http://127.0.0.1 webhook URLs (the emulator accepts them). */
+  allowInsecureLoopbackWebhooks: z.boolean().default(false),
   paths: z.record(z.string(), z.string()).optional(),
   webhook: z
     .object({

@@ -88,6 +88,7 @@ export class PayoutsService {
         retry: this.config.retry,
         rateLimiter: this.config.clientRateLimiter,
         paths: this.config.paths,
+        allowInsecureLoopbackWebhooks: this.config.allowInsecureLoopbackWebhooks,
         logger: {
           debug: (obj, msg) => logger.debug(obj, msg),
           warn: (obj, msg) => logger.warn(obj, msg),
