@@ -75,7 +75,8 @@ export default class PayoutsController {
     const common = {
       amount,
       recipientId: recipient.remoteId,
-      reference: request.input('reference'),
+      // The form sends '' (null after the bodyparser) when no reference is given.
+      reference: request.input('reference') ?? undefined,
     }
     const bodies: Record<string, any> = {
       fiat_to_fiat: {
