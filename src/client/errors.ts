@@ -179,7 +179,8 @@ export function errorFromResponse(
   ) {
     return new EscrowConfirmationFailedError({ ...init, code: 'ESCROW_CONFIRMATION_FAILED' })
   }
-  const byCode = body?.code ? BY_CODE[body.code] : undefined
+  // Own keys only: a code like "constructor" or "toString" must not reach Object.prototype.
+  const byCode = body?.code && Object.hasOwn(BY_CODE, body.code) ? BY_CODE[body.code] : undefined
   if (byCode) return new byCode(init)
   if (status === 400) return new InvalidParameterError(init)
   if (status === 401) return new UnauthorizedError(init)
