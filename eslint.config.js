@@ -6,6 +6,8 @@ export default configPkg(
       'build/**',
       'tests/tmp/**',
       'tests/fixtures/**',
+      'bench/tmp/**',
+      'test-results/**',
       'examples/**/build/**',
       'examples/**/node_modules/**',
       'examples/**/tmp/**',
