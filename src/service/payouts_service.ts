@@ -406,6 +406,17 @@ export class PayoutsService {
       ],
     })
     this.#scheduler.start()
+    this.#deps.logger.info(
+      {
+        locks: locks.store,
+        intervals: {
+          reconcile: jobs.reconcileEveryMs,
+          escrow: jobs.escrowEveryMs,
+          recover: jobs.recoverEveryMs,
+        },
+      },
+      'payouts jobs started'
+    )
     return this.#scheduler
   }
 

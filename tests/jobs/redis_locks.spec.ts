@@ -152,6 +152,13 @@ test.group(`Jobs | locks on Redis (${TEST_DB})`, () => {
     await Promise.all([a.service.close(), b.service.close()])
     const elapsed = Date.now() - started
     assert.isNotEmpty(keys)
+    for (const { lines } of [a, b]) {
+      const started = lines.find((line) => line.msg === 'payouts jobs started')
+      assert.deepEqual(started?.obj, {
+        locks: 'redis',
+        intervals: { reconcile: intervalMs, escrow: intervalMs, recover: intervalMs },
+      })
+    }
 
     for (const name of ['reconcile', 'escrow', 'recover']) {
       const ofJob = runs.filter((run) => run.job === name)
