@@ -77,7 +77,7 @@ export interface DemoApp {
 export async function startDemoApp(options: {
   port: number
   env: NodeJS.ProcessEnv
-  output?: 'inherit' | 'ignore'
+  output?: 'inherit' | 'ignore' | 'pipe'
 }): Promise<DemoApp> {
   const child = spawn(process.execPath, ['--import=@poppinss/ts-exec', 'bin/server.ts'], {
     cwd: DEMO_ROOT,

@@ -263,10 +263,10 @@ test.group('Scale-out | two instances of the example app on PostgreSQL and Redis
       if (keys.length) await redis.del(...keys)
       await redis.quit()
     })
-    demoAce(['migration:run', '--force'], env)
+    await demoAce(['migration:run', '--force'], env)
 
-    // 'pipe' (not in DemoApp's type yet) so the job runs can be read from the logs.
-    const output = 'pipe' as 'inherit'
+    // Piped, so the job runs can be read from the logs.
+    const output = 'pipe'
     const start = async (port: number) => {
       const app = await startDemoApp({ port, env, output })
       cleanup(() => app.stop())
