@@ -1,9 +1,13 @@
 import { test } from '@japa/runner'
 import { startScriptedServer } from '../helpers/scripted_server.ts'
 import {
+  deliveryBody,
   executeBodies,
   executeData,
   KEY,
+  onrampQuoteBody,
+  recipientBody,
+  subscriptionBody,
   METHOD,
   PAYOUT,
   QUOTE,
@@ -11,19 +15,9 @@ import {
   testClient,
 } from './fixtures.ts'
 
-const recipient = {
-  id: RECIPIENT,
-  name: 'Ada',
-  type: 'individual',
-  paymentMethods: [{ id: METHOD, type: 'bank_account', currency: 'MXN' }],
-}
-const subscription = {
-  id: 'sub_1',
-  url: 'https://app.example.test/webhooks/payouts',
-  events: ['payout.created'],
-  active: true,
-}
-const delivery = { id: 'dlv_1', status: 'permanently_failed', attempts: 5 }
+const recipient = recipientBody
+const subscription = subscriptionBody
+const delivery = deliveryBody
 const coverage = {
   fiat: [
     {
@@ -49,15 +43,7 @@ const stableQuote = {
   isCryptoQuote: true,
   swapPath: 'USD>USDC',
 }
-const onrampQuote = {
-  protocol: 'rt_on',
-  fromCcy: 'USD',
-  toToken: 'USDC',
-  fromAmount: 100,
-  toAmount: 99,
-  rate: 1,
-  fee: 1,
-}
+const onrampQuote = onrampQuoteBody
 
 /** Each row: call, scripted answer, expected request, check of the parsed result. */
 const cases: Array<{

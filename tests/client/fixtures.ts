@@ -84,3 +84,27 @@ export const executeBodies = {
     userPaymentMethodId: METHOD,
   },
 }
+
+/** Documented 2xx bodies shared by the endpoint tests and the fuzz suite. */
+export const recipientBody = {
+  id: RECIPIENT,
+  name: 'Ada',
+  type: 'individual',
+  paymentMethods: [{ id: METHOD, type: 'bank_account', currency: 'MXN' }],
+}
+export const subscriptionBody = {
+  id: 'sub_1',
+  url: 'https://app.example.test/webhooks/payouts',
+  events: ['payout.created'],
+  active: true,
+}
+export const deliveryBody = { id: 'dlv_1', status: 'permanently_failed', attempts: 5 }
+export const onrampQuoteBody = {
+  protocol: 'rt_on',
+  fromCcy: 'USD',
+  toToken: 'USDC',
+  fromAmount: 100,
+  toAmount: 99,
+  rate: 1,
+  fee: 1,
+}

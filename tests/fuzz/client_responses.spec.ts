@@ -17,9 +17,12 @@ import {
 } from '../../src/client/main.ts'
 import type { PayoutsClient } from '../../src/client/main.ts'
 import {
+  deliveryBody,
   executeBodies,
   executeData,
-  METHOD,
+  onrampQuoteBody,
+  recipientBody,
+  subscriptionBody,
   PAYOUT,
   QUOTE,
   RECIPIENT,
@@ -32,27 +35,10 @@ const SEED = 4242
 const NO_BODY = [204, 304]
 const MAX_RETRY_AFTER_MS = 60_000
 
-const recipient = {
-  id: RECIPIENT,
-  name: 'Ada',
-  paymentMethods: [{ id: METHOD, type: 'bank_account', currency: 'MXN' }],
-}
-const subscription = {
-  id: 'sub_1',
-  url: 'https://app.example.test/webhooks/payouts',
-  events: ['payout.created'],
-  active: true,
-}
-const delivery = { id: 'dlv_1', status: 'permanently_failed', attempts: 5 }
-const onrampQuote = {
-  protocol: 'rt_on',
-  fromCcy: 'USD',
-  toToken: 'USDC',
-  fromAmount: 100,
-  toAmount: 99,
-  rate: 1,
-  fee: 1,
-}
+const recipient = recipientBody
+const subscription = subscriptionBody
+const delivery = deliveryBody
+const onrampQuote = onrampQuoteBody
 const isObject = (r: any) => typeof r === 'object' && r !== null && !Array.isArray(r)
 const hasId = (r: any) => isObject(r) && typeof r.id === 'string' && r.id.length > 0
 
