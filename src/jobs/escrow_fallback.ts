@@ -33,6 +33,8 @@ export interface EscrowSummary {
  * never retried (the row leaves the job's queue).
  */
 export class EscrowFallback {
+  /** Deposits a run in this process is working on: not abandoned, whatever their age. */
+  #working = new Set<number>()
   #options: Required<Omit<EscrowFallbackOptions, 'connection' | 'onConfirmed' | 'onFailed'>> &
     Pick<EscrowFallbackOptions, 'connection' | 'onConfirmed' | 'onFailed'>
 
@@ -77,59 +79,98 @@ export class EscrowFallback {
   }
 
   async run(): Promise<EscrowSummary> {
-    const { db, client, connection, confirmAfterMinutes } = this.#options
+    const { db, connection, confirmAfterMinutes } = this.#options
     const now = this.#options.now()
-    const due = now.minus({ minutes: confirmAfterMinutes })
-    const deposits = await EscrowDeposit.query({ connection })
-      .where('state', 'deposit_recorded')
-      .where('tx_confirmed_at', '<=', dbDate(db.connection(connection), due))
+    const sql = db.connection(connection)
+    const due = dbDate(sql, now.minus({ minutes: confirmAfterMinutes }))
+    // Recorded deposits past the wait, and attempts that a dead process abandoned as long
+    // ago (resuming is safe: the quote status is read first, the Idempotency-Key is the
+    // same, so the service answers what it answered the first time).
+    const isDue = <Query extends { where: (...args: any[]) => Query }>(query: Query) =>
+      query
+        .where((state: any) =>
+          state
+            .where('state', 'deposit_recorded')
+            .orWhere((interrupted: any) =>
+              interrupted
+                .where('state', 'confirm_requested')
+                .where('confirm_attempted_at', '<=', due)
+            )
+        )
+        .where('tx_confirmed_at', '<=', due)
+    const deposits = await isDue(EscrowDeposit.query({ connection }))
       .orderBy('tx_confirmed_at', 'asc')
       .limit(this.#options.batchSize)
     const summary: EscrowSummary = { checked: 0, confirmed: 0, detected: 0, failed: 0, waiting: 0 }
     for (const deposit of deposits) {
+      // Claimed by a conditional update, so overlapping runs (a run longer than the job's
+      // interval, another instance) never both work on a deposit or both fire its event.
+      if (this.#working.has(deposit.id)) continue
+      const claimed = await isDue(sql.from(EscrowDeposit.table).where('id', deposit.id)).update({
+        state: 'confirm_requested',
+        confirm_attempted_at: dbDate(sql, now),
+      })
+      if (Number(Array.isArray(claimed) ? claimed[0] : claimed) !== 1) continue
+      deposit.merge({ state: 'confirm_requested', confirmAttemptedAt: now })
+      deposit.$hydrateOriginals()
       summary.checked++
-      const status = await client.getQuoteStatus(deposit.quoteId)
-      const event = {
-        quoteId: deposit.quoteId,
-        payoutId: deposit.payoutUuid,
-        txHash: deposit.txHash,
-      }
-      if (status.status !== 'awaiting_escrow_deposit') {
-        // Automatic detection got there first: nothing to confirm.
-        deposit.state = 'confirmed'
-        await deposit.save()
-        summary.detected++
-        await this.#options.onConfirmed?.(event)
-        continue
-      }
-      deposit.state = 'confirm_requested'
-      deposit.confirmAttemptedAt = now
-      await deposit.save()
+      this.#working.add(deposit.id)
       try {
-        await client.confirmEscrowDeposit(
-          { quoteId: deposit.quoteId, txHash: deposit.txHash! },
-          { idempotencyKey: `escrow-${deposit.quoteId}` }
-        )
-        deposit.state = 'confirmed'
-        await deposit.save()
-        summary.confirmed++
-        await this.#options.onConfirmed?.(event)
-      } catch (error) {
-        if (!(error instanceof EscrowConfirmationFailedError)) {
-          // Transient (network, 5xx after retries): back in the queue for the next run.
-          deposit.state = 'deposit_recorded'
-          deposit.lastError = (error as Error).message
-          await deposit.save()
-          summary.waiting++
-          continue
-        }
-        deposit.state = 'confirm_failed'
-        deposit.lastError = error.message
-        await deposit.save()
-        summary.failed++
-        await this.#options.onFailed?.({ ...event, error: error.message })
+        await this.#confirm(deposit, summary)
+      } finally {
+        this.#working.delete(deposit.id)
       }
     }
     return summary
+  }
+
+  /**
+   * One claimed deposit. Its event fires before the row is marked: a crash in between
+   * fires it again after the restart (same quoteId), never not at all.
+   */
+  async #confirm(deposit: EscrowDeposit, summary: EscrowSummary) {
+    const { client } = this.#options
+    const event = { quoteId: deposit.quoteId, payoutId: deposit.payoutUuid, txHash: deposit.txHash }
+    let status: Awaited<ReturnType<typeof client.getQuoteStatus>>
+    try {
+      status = await client.getQuoteStatus(deposit.quoteId)
+    } catch (error) {
+      deposit.state = 'deposit_recorded'
+      await deposit.save()
+      throw error
+    }
+    if (status.status !== 'awaiting_escrow_deposit') {
+      // Automatic detection got there first: nothing to confirm.
+      await this.#options.onConfirmed?.(event)
+      deposit.state = 'confirmed'
+      await deposit.save()
+      summary.detected++
+      return
+    }
+    try {
+      await client.confirmEscrowDeposit(
+        { quoteId: deposit.quoteId, txHash: deposit.txHash! },
+        { idempotencyKey: `escrow-${deposit.quoteId}` }
+      )
+    } catch (error) {
+      if (!(error instanceof EscrowConfirmationFailedError)) {
+        // Transient (network, 5xx after retries): back in the queue for the next run.
+        deposit.state = 'deposit_recorded'
+        deposit.lastError = (error as Error).message
+        await deposit.save()
+        summary.waiting++
+        return
+      }
+      await this.#options.onFailed?.({ ...event, error: error.message })
+      deposit.state = 'confirm_failed'
+      deposit.lastError = error.message
+      await deposit.save()
+      summary.failed++
+      return
+    }
+    await this.#options.onConfirmed?.(event)
+    deposit.state = 'confirmed'
+    await deposit.save()
+    summary.confirmed++
   }
 }

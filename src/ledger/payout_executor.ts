@@ -49,6 +49,8 @@ const JSON_SAFE = (_key: string, value: unknown) =>
  * service still remembers it. Past that window a human decides; a new key is never used.
  */
 export class PayoutExecutor {
+  /** Intents this process is sending right now: recovery leaves them to their caller. */
+  #sending = new Set<number>()
   #options: Required<Omit<PayoutExecutorOptions, 'connection'>> & { connection?: string }
 
   constructor(options: PayoutExecutorOptions) {
@@ -84,6 +86,15 @@ export class PayoutExecutor {
   }
 
   async #send(intent: ExecutionIntent): Promise<ExecutedPayout> {
+    this.#sending.add(intent.id)
+    try {
+      return await this.#attempt(intent)
+    } finally {
+      this.#sending.delete(intent.id)
+    }
+  }
+
+  async #attempt(intent: ExecutionIntent): Promise<ExecutedPayout> {
     intent.attempts += 1
     intent.lastAttemptAt = this.#options.now()
     await intent.save()
@@ -150,7 +161,9 @@ export class PayoutExecutor {
         })
         change = applied.change
         if (result.flow === 'stablecoin_to_fiat') {
-          await EscrowDeposit.updateOrCreate(
+          // Created once: a second store of the same response (a recovery racing the
+          // original call) must not reset a deposit already recorded or confirmed.
+          await EscrowDeposit.firstOrCreate(
             { quoteId: result.quoteId },
             {
               payoutUuid: result.payoutId,
@@ -194,6 +207,7 @@ export class PayoutExecutor {
       .limit(options.limit ?? 100)
     const deadline = this.#options.idempotencyWindowMs - this.#options.safetyMarginMs
     for (const intent of intents) {
+      if (this.#sending.has(intent.id)) continue
       if (now.diff(intent.createdAt).toMillis() > deadline) {
         intent.state = 'needs_attention'
         await intent.save()

@@ -6,7 +6,7 @@ import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
 import type { ObservationSource, PayoutChangedEvent } from '../types/events.ts'
 import type { PayoutStatus, PayoutStep } from '../schemas/common.ts'
-import { reduce, type ReduceReason } from './state_machine.ts'
+import { reduce, type PayoutPosition, type ReduceReason } from './state_machine.ts'
 
 /** Descriptive fields an observation may carry; they fill gaps, they never move state. */
 export interface PayoutFields {
@@ -53,6 +53,9 @@ export interface PayoutChange {
   current: { status: PayoutStatus; step: PayoutStep | null }
   source: ObservationSource
   created: boolean
+  /** The payout_events row that records the change (the outbox entry). */
+  eventId: number
+  observedAt: DateTime
 }
 
 export interface ApplyResult {
@@ -83,6 +86,7 @@ function toDecimalString(value: number | string): string {
 export function toChangedEvent(change: PayoutChange): PayoutChangedEvent {
   const p = change.payout
   return {
+    eventId: String(change.eventId),
     payoutId: p.payoutUuid,
     readId: p.readId,
     ownerId: p.ownerId,
@@ -94,17 +98,23 @@ export function toChangedEvent(change: PayoutChange): PayoutChangedEvent {
     source: change.source,
     payoutAmount: p.payoutAmount,
     payoutCurrency: p.payoutCurrency,
-    completedAt: p.completedAt?.toISO() ?? null,
-    changedAt: (p.statusChangedAt ?? DateTime.now()).toISO()!,
+    completedAt: change.current.status === 'completed' ? (p.completedAt?.toISO() ?? null) : null,
+    changedAt: change.observedAt.toISO()!,
   }
 }
 
 /**
  * The one place payout state changes. Every observation runs in a transaction that locks
  * the row (PostgreSQL, MySQL) or holds SQLite's single writer, goes through the reducer,
- * is logged in payout_events whatever the outcome, and notifies after COMMIT.
+ * is logged in payout_events whatever the outcome, and notifies after COMMIT. The log is
+ * also the outbox: an applied change stays un-notified until its hook has run, so a change
+ * whose process died between COMMIT and the hook is notified by `renotify` later.
  */
 export class PayoutLedger {
+  /** Changes whose hook is running in this process (renotify leaves them alone). */
+  #notifying = new Set<number>()
+  #sweep?: Promise<number>
+
   constructor(
     private db: Database,
     private hooks: LedgerHooks = {},
@@ -115,7 +125,7 @@ export class PayoutLedger {
     const { result, change } = await this.db
       .connection(this.connection)
       .transaction((trx) => this.applyInTransaction(trx, observation))
-    if (change && this.hooks.onChange) await this.hooks.onChange(change)
+    await this.notify(change)
     return result
   }
 
@@ -176,7 +186,7 @@ export class PayoutLedger {
     row.useTransaction(trx)
     await row.save()
 
-    await PayoutEvent.create(
+    const logged = await PayoutEvent.create(
       {
         payoutUuid: row.payoutUuid,
         source: observation.source,
@@ -187,6 +197,8 @@ export class PayoutLedger {
         reason: outcome.reason,
         deliveryId: observation.deliveryId ?? null,
         observedAt,
+        // Only a real change has events to fire.
+        notifiedAt: outcome.changed ? null : DateTime.now(),
       },
       { client: trx }
     )
@@ -199,14 +211,100 @@ export class PayoutLedger {
           current: outcome.next,
           source: observation.source,
           created: previous === null,
+          eventId: logged.id,
+          observedAt,
         }
       : null
     return { result, change }
   }
 
-  /** Runs the change hook; for callers of `applyInTransaction`, after their COMMIT. */
+  /**
+   * Runs the change hook, then marks the change notified; for callers of
+   * `applyInTransaction`, after their COMMIT. A hook that throws leaves it to `renotify`.
+   */
   async notify(change: PayoutChange | null) {
-    if (change && this.hooks.onChange) await this.hooks.onChange(change)
+    if (!change) return
+    this.#notifying.add(change.eventId)
+    try {
+      if (this.hooks.onChange) await this.hooks.onChange(change)
+      // Not marked (database away): renotify fires it again later, with the same eventId.
+      await this.#markNotified(change.eventId).catch(() => {})
+    } finally {
+      this.#notifying.delete(change.eventId)
+    }
+  }
+
+  /**
+   * The outbox sweep: runs the hook, oldest first, for applied changes that were never
+   * notified because their process died between COMMIT and the hook. Rows younger than
+   * `olderThanMs` are left to the live process that wrote them (another instance may still
+   * be notifying them). Returns how many changes were notified.
+   */
+  renotify(options: { olderThanMs?: number; limit?: number } = {}): Promise<number> {
+    this.#sweep ??= this.#renotify(options).finally(() => (this.#sweep = undefined))
+    return this.#sweep
+  }
+
+  async #renotify(options: { olderThanMs?: number; limit?: number }): Promise<number> {
+    const client = this.db.connection(this.connection)
+    const before = DateTime.now().minus({ milliseconds: options.olderThanMs ?? 10_000 })
+    const rows = await PayoutEvent.query({ client })
+      .whereNull('notified_at')
+      .where('created_at', '<=', dbDate(client, before))
+      .orderBy('id', 'asc')
+      .limit(options.limit ?? 100)
+    let notified = 0
+    for (const row of rows) {
+      if (this.#notifying.has(row.id)) continue
+      const change = row.applied ? await this.#rebuild(row) : null
+      if (!change) {
+        await this.#markNotified(row.id)
+        continue
+      }
+      await this.notify(change)
+      notified++
+    }
+    return notified
+  }
+
+  /** The change a payout_events row applied, replayed from the payout's log up to it. */
+  async #rebuild(row: PayoutEvent): Promise<PayoutChange | null> {
+    const client = this.db.connection(this.connection)
+    const payout = await Payout.query({ client }).where('payout_uuid', row.payoutUuid).first()
+    if (!payout) return null
+    const history = await PayoutEvent.query({ client })
+      .where('payout_uuid', row.payoutUuid)
+      .where('id', '<=', row.id)
+      .orderBy('id', 'asc')
+    // Positions as applyInTransaction saw them: null until a first observation reached
+    // the row, then moved by the applied rows only.
+    let position: PayoutPosition | null = null
+    for (const event of history) {
+      const previous: PayoutPosition | null = position
+      const current: PayoutPosition = event.applied
+        ? reduce(previous, { status: event.status, step: event.step }).next
+        : (previous ?? { status: 'pending', step: null })
+      position = current
+      if (event.id !== row.id) continue
+      return {
+        payout,
+        previous,
+        current,
+        source: row.source as ObservationSource,
+        created: previous === null,
+        eventId: row.id,
+        observedAt: row.observedAt,
+      }
+    }
+    return null
+  }
+
+  #markNotified(id: number) {
+    const client = this.db.connection(this.connection)
+    return client
+      .from(PayoutEvent.table)
+      .where('id', id)
+      .update({ notified_at: dbDate(client) })
   }
 
   #fill(row: Payout, observation: PayoutObservation) {

@@ -35,6 +35,10 @@ export default class PayoutEvent extends BaseModel {
   @column.dateTime()
   declare observedAt: DateTime
 
+  /** When the app events of this change fired; null until then (the outbox). */
+  @column.dateTime()
+  declare notifiedAt: DateTime | null
+
   @column.dateTime({ autoCreate: true })
   declare createdAt: DateTime
 }

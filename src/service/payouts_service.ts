@@ -157,7 +157,12 @@ export class PayoutsService {
       name: 'payouts:stuck' | 'payouts:escrow_confirmed' | 'payouts:escrow_confirmation_failed',
       data: any
     ) => {
-      await this.#deps.emitter?.emit(name, data)
+      try {
+        await this.#deps.emitter?.emit(name, data)
+      } catch (error) {
+        // Like #onChange: a failing listener must not undo or repeat the job's work.
+        this.#deps.logger.error({ err: error, event: name }, 'payouts listener failed')
+      }
     }
     const reconciler = new Reconciler({
       db,
@@ -270,6 +275,16 @@ export class PayoutsService {
   async recover(options?: { olderThanMs?: number; limit?: number }) {
     const { executor } = await this.parts()
     return executor.recover(options)
+  }
+
+  /**
+   * Fires the app events of changes that a process killed between COMMIT and its events
+   * left un-notified, with their original eventId. The inbox worker runs it on its
+   * interval; call it from your own worker when `webhook.retryIntervalMs` is 0.
+   */
+  async renotify(options?: { olderThanMs?: number; limit?: number }) {
+    const { ledger } = await this.parts()
+    return ledger.renotify(options)
   }
 
   /**
@@ -543,7 +558,11 @@ export class PayoutsService {
     if (intervalMs <= 0 || this.#inboxTimer) return
     this.#inboxTimer = setInterval(() => {
       this.parts()
-        .then(({ processor }) => processor.kick())
+        .then(({ processor, ledger }) => {
+          processor.kick()
+          // The outbox: events a killed process committed but never fired.
+          return ledger.renotify()
+        })
         .catch((error) => this.#deps.logger.error({ err: error }, 'payouts inbox worker failed'))
     }, intervalMs)
     this.#inboxTimer.unref()

@@ -8,6 +8,11 @@ export type ObservationSource = 'execute' | 'webhook' | 'websocket' | 'poll' | '
  * URLs and secrets never leave the ledger through events or broadcasts.
  */
 export interface PayoutChangedEvent {
+  /**
+   * The change's id (its payout_events row). An event interrupted by a crash fires again
+   * after the restart with the same id, so a listener with side effects can dedupe on it.
+   */
+  eventId: string
   payoutId: string
   readId: string | null
   ownerId: string | null
@@ -23,7 +28,7 @@ export interface PayoutChangedEvent {
   changedAt: string
 }
 
-/** Payload of the escrow events. */
+/** Payload of the escrow events; one per quote (a re-emission after a crash keeps quoteId). */
 export interface EscrowEvent {
   quoteId: string
   payoutId: string | null

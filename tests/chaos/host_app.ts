@@ -1,0 +1,269 @@
+/**
+ * The host app of the chaos suite, run as a child process that the parent SIGKILLs and
+ * restarts: a real AdonisJS app (core providers, Lucid on the suite's database, the payouts
+ * provider) serving the signed webhook route on a fixed loopback port, with the inbox worker
+ * and the jobs running. It executes every planned payout that has no execution intent yet
+ * (after recovering the unknown ones a killed predecessor left), records the escrow deposits
+ * the parent simulates, and appends every app event it handles to a JSONL log, synchronously,
+ * so what it saw survives a SIGKILL.
+ */
+import 'reflect-metadata'
+import { appendFileSync, readFileSync } from 'node:fs'
+import { createServer } from 'node:http'
+import { IgnitorFactory } from '@adonisjs/core/factories'
+import { defineConfig as defineLoggerConfig } from '@adonisjs/core/logger'
+import { defineConfig as defineDbConfig } from '@adonisjs/lucid'
+import {
+  EscrowDeposit,
+  ExecutionIntent,
+  PayoutEvent,
+  WebhookDelivery,
+} from '../../src/models/main.ts'
+import { BASE_URL } from '../helpers/app.ts'
+import { connectionConfig } from '../helpers/database.ts'
+import {
+  refOf,
+  type HostConfig,
+  type HostMessage,
+  type LogLine,
+  type ParentMessage,
+  type PlannedPayout,
+} from './helpers.ts'
+
+type Unstamped<T> = T extends LogLine ? Omit<T, 'pid'> : never
+
+const config: HostConfig = JSON.parse(process.env.CHAOS_CONFIG!)
+const plan: PlannedPayout[] = JSON.parse(readFileSync(config.planFile, 'utf8'))
+const log = (line: Unstamped<LogLine>) =>
+  appendFileSync(config.logFile, JSON.stringify({ ...line, pid: process.pid }) + '\n')
+const send = (message: HostMessage) => process.send!(message)
+// Never outlive the parent test process.
+process.on('disconnect', () => process.exit(1))
+
+const ignitor = new IgnitorFactory()
+  .withCoreProviders()
+  .withCoreConfig()
+  .merge({
+    config: {
+      logger: defineLoggerConfig({
+        default: 'app',
+        loggers: { app: { enabled: true, level: 'error' } },
+      }),
+      database: defineDbConfig({
+        connection: 'primary',
+        connections: { primary: connectionConfig('chaos') as any },
+      }),
+      payouts: {
+        apiKey: config.apiKey,
+        baseUrl: config.baseUrl,
+        // Short timeouts and backoffs: the emulator's faults cost milliseconds, not minutes.
+        timeoutMs: 1000,
+        retry: { maxRetries: 5, baseDelayMs: 50, jitter: 0.2 },
+        clientRateLimiter: false,
+        // The emulator's clock runs ahead of ours once the parent flushes its retries.
+        webhook: { secret: config.secret, toleranceSeconds: 3600, retryIntervalMs: 250 },
+        jobs: {
+          enabled: true,
+          // One reconciliation pass runs at the end; during the run, webhooks carry the state.
+          reconcileEveryMs: 0,
+          escrowEveryMs: 500,
+          recoverEveryMs: 5000,
+          escrowConfirmAfterMinutes: 0.02,
+        },
+        reconcile: { staleAfterMs: 0, batchSize: 5000, budgetShare: 1 },
+        ledger: { tablePrefix: config.prefix },
+      },
+    },
+    rcFileContents: {
+      providers: [
+        () => import('@adonisjs/lucid/database_provider'),
+        () => import('../../providers/payouts_provider.ts'),
+      ],
+    },
+  })
+  .create(BASE_URL, {
+    importer: (filePath) =>
+      filePath.startsWith('.') ? import(new URL(filePath, BASE_URL).href) : import(filePath),
+  })
+
+const app = ignitor.createApp('web')
+await app.init()
+await app.boot()
+const payouts = await app.container.make('payouts.manager')
+
+// Client retries are counted where the client reports them: its debug log line.
+const appLogger = await app.container.make('logger')
+const debug = appLogger.debug.bind(appLogger)
+appLogger.debug = ((obj: any, msg?: string, ...rest: any[]) => {
+  if (msg === 'payouts request retry') log({ k: 'retry', path: obj.path, code: obj.code ?? null })
+  return (debug as any)(obj, msg, ...rest)
+}) as typeof appLogger.debug
+
+// Deliveries the inbox refused as already stored (duplicates and retries of stored ones).
+const { inbox } = await payouts.parts()
+const insert = inbox.insert.bind(inbox)
+inbox.insert = async (input) => {
+  const outcome = await insert(input)
+  if (outcome === 'duplicate') log({ k: 'duplicate', deliveryId: input.deliveryId })
+  return outcome
+}
+
+let armed = false
+const emitter = await app.container.make('emitter')
+emitter.onAny(async (name, data: any) => {
+  const event = String(name)
+  if (!event.startsWith('payouts:')) return
+  if (event.startsWith('payouts:escrow_')) {
+    log({ k: 'escrow', name: event, quoteId: data.quoteId, payoutId: data.payoutId ?? null })
+    return
+  }
+  if (!data || !('previousStatus' in data)) {
+    log({ k: 'other', name: event })
+    return
+  }
+  if (armed && event === 'payouts:status_updated' && data.source === 'webhook') {
+    // The worst moment for a crash: the change is committed, its event not yet handled.
+    armed = false
+    send({ type: 'paused', eventId: String(data.eventId), pid: process.pid })
+    await new Promise(() => {})
+  }
+  log({
+    k: 'event',
+    name: event,
+    eventId: data.eventId === undefined ? null : String(data.eventId),
+    payoutId: data.payoutId,
+    status: data.status,
+    step: data.step,
+    previousStatus: data.previousStatus,
+    previousStep: data.previousStep,
+    source: data.source,
+    completedAt: data.completedAt,
+  })
+})
+
+const router = await app.container.make('router')
+router.use([() => import('@adonisjs/core/bodyparser_middleware')])
+await payouts.registerRoutes(router)
+await app.start(async () => {})
+const server = await app.container.make('server')
+await server.boot()
+const http = createServer((req, res) => server.handle(req, res))
+await new Promise<void>((resolve, reject) => {
+  http.once('error', reject)
+  http.listen(config.port, '127.0.0.1', resolve)
+})
+
+// Escrow deposits are made by the parent (it owns the emulator, the "chain").
+const depositWaiters = new Map<string, Array<() => void>>()
+function deposit(quoteId: string) {
+  return new Promise<void>((resolve) => {
+    const waiters = depositWaiters.get(quoteId) ?? []
+    waiters.push(resolve)
+    depositWaiters.set(quoteId, waiters)
+    send({ type: 'deposit', quoteId })
+  })
+}
+
+async function depositsNotSent() {
+  const rows = await EscrowDeposit.query().where('state', 'awaiting_deposit')
+  await Promise.all(rows.map((row) => deposit(row.quoteId)))
+  return rows.length
+}
+
+async function countBy(query: Promise<Array<{ state: string }>>) {
+  const counts: Record<string, number> = {}
+  for (const row of await query) counts[row.state] = (counts[row.state] ?? 0) + 1
+  return counts
+}
+
+async function call(name: 'sweep' | 'final' | 'exit') {
+  if (name === 'sweep') {
+    const recovered = await payouts.recover({ olderThanMs: 0 })
+    const deposited = await depositsNotSent()
+    return {
+      recovered,
+      deposited,
+      intents: await countBy(ExecutionIntent.query().select('state')),
+      deposits: await countBy(EscrowDeposit.query().select('state')),
+    }
+  }
+  if (name === 'final') {
+    await payouts.drainInbox()
+    const reconcile = await payouts.reconcile({ staleAfterMs: 0 })
+    // The inbox worker takes over rows of dead processes when their lease expires, and
+    // fires the events a killed process committed but never fired (the outbox).
+    const started = Date.now()
+    for (;;) {
+      const open = await WebhookDelivery.query().whereNot('state', 'processed').first()
+      const unnotified = await PayoutEvent.query().whereNull('notified_at').first()
+      if (!open && !unnotified) break
+      if (Date.now() - started > 120_000) break
+      await new Promise((resolve) => setTimeout(resolve, 200))
+    }
+    return {
+      reconcile,
+      inbox: await countBy(WebhookDelivery.query().select('state')),
+      intents: await countBy(ExecutionIntent.query().select('state')),
+      deposits: await countBy(EscrowDeposit.query().select('state')),
+    }
+  }
+  setTimeout(async () => {
+    http.closeAllConnections()
+    await new Promise((resolve) => http.close(resolve))
+    await app.terminate()
+    process.exit(0)
+  }, 10)
+  return { exiting: true }
+}
+
+process.on('message', (message: ParentMessage) => {
+  if (message.type === 'arm') armed = true
+  if (message.type === 'deposit-result') {
+    void payouts.escrow
+      .recordDeposit({
+        quoteId: message.quoteId,
+        txHash: message.txHash,
+        confirmedAt: message.confirmedAt,
+      })
+      .then(() => {
+        for (const resolve of depositWaiters.get(message.quoteId) ?? []) resolve()
+        depositWaiters.delete(message.quoteId)
+      })
+  }
+  if (message.type === 'call') {
+    call(message.name).then(
+      (result) => send({ type: 'reply', id: message.id, result }),
+      (error) => send({ type: 'reply', id: message.id, result: { error: String(error) } })
+    )
+  }
+})
+
+// A predecessor killed mid-execute left intents pending: re-send them with their keys first.
+const recovered = await payouts.recover({ olderThanMs: 0 })
+const known = new Set(
+  (await ExecutionIntent.all()).map((intent) => refOf(intent.requestBody.reference))
+)
+const todo = plan.filter((payout) => !known.has(payout.ref))
+await depositsNotSent()
+send({ type: 'ready', pid: process.pid, skipped: known.size, recovered: { ...recovered } })
+
+let attempted = known.size
+let errors = 0
+let next = 0
+async function worker() {
+  while (next < todo.length) {
+    const payout = todo[next++]
+    attempted++
+    try {
+      const { result } = await payouts.execute(payout.body as any, { ownerId: payout.ownerId })
+      send({ type: 'progress', attempted })
+      if (result.flow === 'stablecoin_to_fiat') await deposit(result.quoteId)
+    } catch {
+      // The intent is unknown: recovery (the job, or the parent's sweep) re-sends it.
+      errors++
+      send({ type: 'progress', attempted })
+    }
+  }
+}
+await Promise.all(Array.from({ length: config.concurrency }, () => worker()))
+send({ type: 'done', attempted, errors })

@@ -1,0 +1,176 @@
+import { test } from '@japa/runner'
+import { DateTime } from 'luxon'
+import { PayoutsClient } from '../../src/client/main.ts'
+import { EscrowFallback } from '../../src/jobs/escrow_fallback.ts'
+import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
+import { PayoutLedger, toChangedEvent, type PayoutChange } from '../../src/ledger/payout_ledger.ts'
+import { EscrowDeposit, ExecutionIntent, PayoutEvent } from '../../src/models/main.ts'
+import { startEmulator } from '../emulator/helpers.ts'
+import { setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { waitFor } from './helpers.ts'
+
+/** Regressions the chaos suite found: each one is a crash or an overlap at the wrong moment. */
+async function setup(cleanup: (fn: () => Promise<void>) => void) {
+  const { db } = await setupDatabase(cleanup, 'regressions')
+  const emu = await startEmulator(cleanup, { rateLimits: false })
+  const client = new PayoutsClient({ apiKey: emu.apiKey, baseUrl: emu.baseUrl, rateLimiter: false })
+  cleanup(() => client.close())
+  const recipient = emu.admin.seedRecipient()
+  const stable = {
+    fromCurrency: 'USDC',
+    toCurrency: 'MXN',
+    amount: 100,
+    recipientId: recipient.id,
+    walletAddress: '0x' + '9'.repeat(40),
+  }
+  return { db, emu, client, stable }
+}
+
+test.group(`Chaos regressions | outbox (${TEST_DB})`, () => {
+  test('a change committed by a process that died before its events fires later, once, with its id', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'regressions')
+    const payoutId = '0f4c3f6e-1111-4a4a-8b8b-000000000001'
+    const live = new PayoutLedger(db, { onChange: () => {} })
+    await live.apply({ payoutId, status: 'pending', step: 'initiated', source: 'execute' })
+    // This process commits the next change, then "dies" in its hook: the events never fire.
+    const dying = new PayoutLedger(db, { onChange: () => new Promise(() => {}) })
+    void dying.apply({ payoutId, status: 'processing', step: 'collected', source: 'webhook' })
+    const committed = await waitFor(
+      'the change to commit',
+      () => PayoutEvent.query().where('payout_uuid', payoutId).where('step', 'collected').first(),
+      { timeoutMs: 5000, everyMs: 10 }
+    )
+    // A stale observation in between changes nothing and has nothing to notify.
+    await live.apply({ payoutId, status: 'processing', step: 'compliance_cleared', source: 'poll' })
+
+    const fired: PayoutChange[] = []
+    const restarted = new PayoutLedger(db, { onChange: (change) => void fired.push(change) })
+    assert.equal(await restarted.renotify(), 0, 'young rows are left to the process writing them')
+    assert.equal(await restarted.renotify({ olderThanMs: 0 }), 1)
+    assert.lengthOf(fired, 1)
+    assert.deepInclude(toChangedEvent(fired[0]), {
+      eventId: String(committed.id),
+      payoutId,
+      status: 'processing',
+      step: 'collected',
+      previousStatus: 'pending',
+      previousStep: 'initiated',
+      source: 'webhook',
+      completedAt: null,
+    })
+    assert.equal(await restarted.renotify({ olderThanMs: 0 }), 0, 'notified once')
+    assert.lengthOf(await PayoutEvent.query().whereNull('notified_at'), 0)
+  })
+})
+
+test.group(`Chaos regressions | executor (${TEST_DB})`, () => {
+  test('storing the same stablecoin response twice keeps the recorded deposit', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, emu, client, stable } = await setup(cleanup)
+    const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
+    const { result, intent } = await executor.execute(stable)
+    const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
+    await new EscrowFallback({ db, client }).recordDeposit({ quoteId: result.quoteId, txHash })
+    // The outcome is re-sent and stored again (as after a lost answer): the service replays it.
+    intent.state = 'unknown'
+    await intent.save()
+    assert.deepInclude(await executor.recover({ olderThanMs: 0 }), { resent: 1, succeeded: 1 })
+    const deposit = await EscrowDeposit.findByOrFail('quoteId', result.quoteId)
+    assert.deepEqual([deposit.state, deposit.txHash], ['deposit_recorded', txHash])
+    assert.lengthOf(emu.admin.payouts(), 1)
+  })
+
+  test('recovery leaves an intent this process is still sending alone', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, emu, client, stable } = await setup(cleanup)
+    const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
+    emu.admin.setFaults({ processingDelayMs: 500 })
+    const sending = executor.execute(stable)
+    await waitFor('the request to reach the service', () => emu.state.idempotency.size > 0, {
+      timeoutMs: 5000,
+      everyMs: 10,
+    })
+    assert.deepInclude(await executor.recover({ olderThanMs: 0 }), { resent: 0 })
+    await sending
+    const intent = await ExecutionIntent.firstOrFail()
+    assert.deepEqual([intent.state, intent.attempts], ['succeeded', 1])
+  })
+})
+
+test.group(`Chaos regressions | escrow fallback (${TEST_DB})`, () => {
+  test('a confirmation a dead process left half-done is resumed after the wait', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, emu, client, stable } = await setup(cleanup)
+    const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
+    const { result } = await executor.execute(stable)
+    const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
+    const confirmed: string[] = []
+    const escrow = new EscrowFallback({
+      db,
+      client,
+      onConfirmed: (event) => void confirmed.push(event.quoteId),
+    })
+    await escrow.recordDeposit({
+      quoteId: result.quoteId,
+      txHash,
+      confirmedAt: DateTime.now().minus({ minutes: 30 }),
+    })
+    const deposit = await EscrowDeposit.findByOrFail('quoteId', result.quoteId)
+    deposit.merge({
+      state: 'confirm_requested',
+      confirmAttemptedAt: DateTime.now().minus({ minutes: 5 }),
+    })
+    await deposit.save()
+    assert.deepInclude(await escrow.run(), { checked: 0 }, 'not before the wait')
+    deposit.confirmAttemptedAt = DateTime.now().minus({ minutes: 11 })
+    await deposit.save()
+    assert.deepInclude(await escrow.run(), { checked: 1, confirmed: 1 })
+    assert.equal(emu.admin.quote(result.quoteId)!.status, 'deposit_confirmed')
+    assert.deepEqual(confirmed, [result.quoteId])
+    assert.equal((await deposit.refresh()).state, 'confirmed')
+  })
+
+  test('overlapping runs (two instances, a run longer than its interval) confirm once', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, emu, client, stable } = await setup(cleanup)
+    const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
+    const quotes: string[] = []
+    for (let i = 0; i < 3; i++) {
+      const { result } = await executor.execute({ ...stable, amount: 100 + i })
+      const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
+      await new EscrowFallback({ db, client }).recordDeposit({
+        quoteId: result.quoteId,
+        txHash,
+        confirmedAt: DateTime.now().minus({ minutes: 30 }),
+      })
+      quotes.push(result.quoteId)
+    }
+    // A slow read keeps both runs inside the same deposits at the same time.
+    const slow = {
+      getQuoteStatus: async (quoteId: string) => {
+        await new Promise((resolve) => setTimeout(resolve, 50))
+        return client.getQuoteStatus(quoteId)
+      },
+      confirmEscrowDeposit: client.confirmEscrowDeposit.bind(client),
+    }
+    const confirmed: string[] = []
+    const instance = () =>
+      new EscrowFallback({ db, client: slow, onConfirmed: (e) => void confirmed.push(e.quoteId) })
+    const runs = await Promise.all([instance().run(), instance().run(), instance().run()])
+    const total = (key: 'checked' | 'confirmed') => runs.reduce((sum, run) => sum + run[key], 0)
+    assert.deepEqual([total('checked'), total('confirmed')], [3, 3])
+    assert.lengthOf(confirmed, 3)
+    assert.sameMembers(confirmed, quotes)
+  })
+})
