@@ -18,11 +18,14 @@ export interface JobSchedulerOptions {
  * Runs the plugin's jobs on intervals in the web process. Each run first takes a lock
  * whose TTL is the interval and is never released early, so across every instance of the
  * app a job runs at most once per interval (the lock lives in the app's database, or in
- * Redis with `jobs.redis`). Every run is logged as `payouts job ran` with its summary.
+ * Redis with `jobs.redis`). A run longer than its interval keeps extending its lock, so it
+ * never overlaps the next run anywhere. Every run is logged as `payouts job ran`.
  */
 export class JobScheduler {
   #timers: NodeJS.Timeout[] = []
   #running = new Set<Promise<unknown>>()
+  /** Jobs running in this process: a tick that finds its job here skips. */
+  #active = new Set<string>()
 
   constructor(private options: JobSchedulerOptions) {}
 
@@ -37,17 +40,31 @@ export class JobScheduler {
 
   /** One attempt: runs the job if no instance ran it in this interval. */
   async tick(job: ScheduledJob): Promise<'ran' | 'skipped' | 'failed'> {
-    const lock = this.options.locks.createLock(
-      `svc-payouts:${job.name}`,
-      Math.max(1, job.intervalMs - 50)
-    )
+    if (this.#active.has(job.name)) return 'skipped'
+    const ttl = Math.max(1, job.intervalMs - 50)
+    const lock = this.options.locks.createLock(`svc-payouts:${job.name}`, ttl)
+    this.#active.add(job.name)
     try {
-      if (!(await lock.acquireImmediately())) return 'skipped'
+      if (!(await lock.acquireImmediately())) {
+        this.#active.delete(job.name)
+        return 'skipped'
+      }
     } catch (error) {
+      this.#active.delete(job.name)
       // The lock store is down: skip this tick rather than risk a second run elsewhere.
       this.options.logger.error({ err: error, job: job.name }, 'payouts job lock unavailable')
       return 'failed'
     }
+    // Held for as long as the run lasts; after it, the TTL still covers the interval.
+    const keeper = setInterval(
+      () => {
+        lock.extend(ttl).catch((error) => {
+          this.options.logger.error({ err: error, job: job.name }, 'payouts job lock not extended')
+        })
+      },
+      Math.max(1, Math.floor(ttl / 2))
+    )
+    keeper.unref()
     const run = job.run()
     this.#running.add(run)
     try {
@@ -59,7 +76,9 @@ export class JobScheduler {
       this.options.logger.error({ err: error, job: job.name }, 'payouts job failed')
       return 'failed'
     } finally {
+      clearInterval(keeper)
       this.#running.delete(run)
+      this.#active.delete(job.name)
     }
   }
 

@@ -90,4 +90,39 @@ test.group(`Jobs | scheduler across instances (${TEST_DB})`, () => {
     assert.equal(outcome, 'failed')
     assert.lengthOf(errors, 1)
   })
+
+  test('a run longer than its interval overlaps no other run, here or on another instance', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db: first, prefix } = await setupDatabase(cleanup, 'scheduler')
+    const second = await secondInstance(cleanup)
+    let running = 0
+    let overlaps = 0
+    const runs: string[] = []
+    const job = (instance: string) => ({
+      name: 'recover',
+      intervalMs: 200,
+      run: async () => {
+        if (++running > 1) overlaps++
+        runs.push(instance)
+        // Five intervals long: without the lock being extended, others would start.
+        await new Promise((resolve) => setTimeout(resolve, 1000))
+        running--
+      },
+    })
+    const a = new JobScheduler({ locks: lockFactory(first, prefix), logger, jobs: [job('a')] })
+    const b = new JobScheduler({ locks: lockFactory(second, prefix), logger, jobs: [job('b')] })
+    const ticks: Array<Promise<string>> = []
+    for (let i = 0; i < 10; i++) {
+      ticks.push(a.tick(job('a')), b.tick(job('b')))
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+    const outcomes = await Promise.all(ticks)
+    assert.equal(overlaps, 0)
+    assert.lengthOf(runs, 1, 'one run in the first second, however many ticks')
+    assert.equal(outcomes.filter((o) => o === 'ran').length, 1)
+    await a.stop()
+    await b.stop()
+  })
 })
