@@ -17,16 +17,19 @@ export default class PayoutsReconcile extends BaseCommand {
     const payouts = await this.app.container.make('payouts.manager')
     try {
       const summary = await payouts.reconcile({ staleAfterMs: this.staleAfterMs })
+      // The service failing mid-run is a failure of this run, for cron and scripts.
+      if (summary.stoppedForError) this.exitCode = 1
       if (this.json) return this.logger.log(JSON.stringify(summary))
       const table = this.ui.table()
-      table.head(['Checked', 'Changed', 'Missing', 'Stuck', 'Stopped for budget'])
+      table.head(['Checked', 'Changed', 'Missing', 'Failed', 'Stuck', 'Stopped'])
       table.row(
         [
           summary.checked,
           summary.changed,
           summary.missing,
+          summary.failed,
           summary.stuck,
-          summary.stoppedForBudget ? 'yes' : 'no',
+          summary.stoppedForBudget ? 'budget' : summary.stoppedForError ? 'service error' : 'no',
         ].map(String)
       )
       table.render()

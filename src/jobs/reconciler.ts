@@ -1,6 +1,15 @@
 import { DateTime } from 'luxon'
 import type { PayoutsClient } from '../client/payouts_client.ts'
-import { NotFoundError } from '../client/errors.ts'
+import {
+  ForbiddenError,
+  NotFoundError,
+  PayoutsApiError,
+  PayoutsNetworkError,
+  PayoutsTimeoutError,
+  RateLimitedError,
+  ServerError,
+  UnauthorizedError,
+} from '../client/errors.ts'
 import { dbDate } from '../database/dates.ts'
 import type { Database } from '@adonisjs/lucid/database'
 import Payout from '../models/payout.ts'
@@ -29,9 +38,23 @@ export interface ReconcileSummary {
   checked: number
   changed: number
   missing: number
+  /** Reads that failed for that payout alone (it is read again next run). */
+  failed: number
   stuck: number
   stoppedForBudget: boolean
+  /** The service, the network or the key failed: the rest waits for the next run. */
+  stoppedForError: boolean
 }
+
+/** Failures that are not about one payout: reading on would fail the same way. */
+const SERVICE_WIDE = [
+  ServerError,
+  PayoutsNetworkError,
+  PayoutsTimeoutError,
+  RateLimitedError,
+  UnauthorizedError,
+  ForbiddenError,
+]
 
 /**
  * Reads non-terminal payouts that have gone quiet and applies what the service says, as
@@ -70,8 +93,10 @@ export class Reconciler {
       checked: 0,
       changed: 0,
       missing: 0,
+      failed: 0,
       stuck: 0,
       stoppedForBudget: false,
+      stoppedForError: false,
     }
     for (const payout of payouts) {
       // Headers from an earlier run may be stale (the bucket refills): the first read of
@@ -96,8 +121,17 @@ export class Reconciler {
         if (result.changed) summary.changed++
         if (await this.#reportIfStuck(result.payout)) summary.stuck++
       } catch (error) {
-        if (!(error instanceof NotFoundError)) throw error
-        summary.missing++
+        if (error instanceof NotFoundError) {
+          summary.missing++
+        } else if (SERVICE_WIDE.some((type) => error instanceof type)) {
+          summary.stoppedForError = true
+          break
+        } else if (error instanceof PayoutsApiError) {
+          // One payout the service answers badly must not block the ones behind it.
+          summary.failed++
+        } else {
+          throw error
+        }
       }
     }
     return summary

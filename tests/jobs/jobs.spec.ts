@@ -1,6 +1,7 @@
 import { test } from '@japa/runner'
 import { DateTime } from 'luxon'
-import { PayoutsClient } from '../../src/client/main.ts'
+import { PayoutsClient, PayoutsResponseError, ServerError } from '../../src/client/main.ts'
+import { Reconciler } from '../../src/jobs/reconciler.ts'
 import { EscrowDeposit, Payout } from '../../src/models/main.ts'
 import { startEmulator } from '../emulator/helpers.ts'
 import { TEST_DB } from '../helpers/database.ts'
@@ -197,5 +198,42 @@ test.group(`Jobs | reconciliation (${TEST_DB})`, () => {
       .orderBy('last_observed_at', 'asc')
     assert.lengthOf(polled, 30)
     assert.isTrue(first.checked + second.checked <= 30)
+  })
+
+  test('a payout the service answers badly is skipped; a failing service stops the run', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, app, payouts, fiat } = await setup(cleanup)
+    emu.admin.setFaults({ webhookDropRate: 1 })
+    const poisoned = (await payouts.execute(fiat)).result.payoutId
+    const healthy = (await payouts.execute(fiat)).result.payoutId
+    await emu.admin.advance(60_000)
+    const { db, ledger } = await payouts.parts()
+    const reconcileWith = (failure: (status: number) => Error) =>
+      new Reconciler({
+        db,
+        ledger,
+        client: {
+          rateLimit: null,
+          getPayout: (id: string) =>
+            id === poisoned ? Promise.reject(failure(200)) : payouts.client.getPayout(id),
+        } as any,
+      }).run({ staleAfterMs: 0 })
+
+    // The poisoned payout is read first (oldest observation) and must not block the next.
+    const server = await reconcileWith((status) => new ServerError({ status: status + 300 }))
+    assert.deepInclude(server, { checked: 1, changed: 0, stoppedForError: true })
+    const healthyRow = () => Payout.findByOrFail('payoutUuid', healthy)
+    assert.equal((await healthyRow()).status, 'pending')
+
+    const bad = await reconcileWith((status) => new PayoutsResponseError({ status }))
+    assert.deepInclude(bad, { checked: 2, changed: 1, failed: 1, stoppedForError: false })
+    assert.equal((await healthyRow()).status, 'completed')
+    assert.equal((await Payout.findByOrFail('payoutUuid', poisoned)).status, 'pending')
+    assert.lengthOf(
+      app.events.filter((e) => e.name === 'payouts:completed'),
+      1
+    )
   })
 })
