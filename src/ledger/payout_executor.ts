@@ -10,7 +10,7 @@ import EscrowDeposit from '../models/escrow_deposit.ts'
 import ExecutionIntent from '../models/execution_intent.ts'
 import type Payout from '../models/payout.ts'
 import { mapExecuteStatus } from './state_machine.ts'
-import type { PayoutChange, PayoutLedger } from './payout_ledger.ts'
+import type { ApplyResult, PayoutChange, PayoutLedger } from './payout_ledger.ts'
 
 /** What `execute` returns: the typed API result, the local row and the intent. */
 export interface ExecutedPayout {
@@ -126,6 +126,7 @@ export class PayoutExecutor {
   async #store(intent: ExecutionIntent, result: ExecuteResult): Promise<ExecutedPayout> {
     const { ledger } = this.#options
     let change: PayoutChange | null = null
+    let applied: ApplyResult | undefined
     const payout = await this.#options.db
       .connection(this.#options.connection)
       .transaction(async (trx) => {
@@ -134,7 +135,7 @@ export class PayoutExecutor {
         if ('bankingInstructions' in result && result.bankingInstructions)
           instructions.bankingInstructions = result.bankingInstructions
         if ('paymentUrl' in result && result.paymentUrl) instructions.paymentUrl = result.paymentUrl
-        const applied = await ledger.applyInTransaction(trx, {
+        const stored = await ledger.applyInTransaction(trx, {
           payoutId: result.payoutId,
           status: mapExecuteStatus(result.status),
           step: 'initiated',
@@ -159,7 +160,8 @@ export class PayoutExecutor {
             instructions: Object.keys(instructions).length > 0 ? instructions : null,
           },
         })
-        change = applied.change
+        change = stored.change
+        applied = stored.result
         if (result.flow === 'stablecoin_to_fiat') {
           // Created once: a second store of the same response (a recovery racing the
           // original call) must not reset a deposit already recorded or confirmed.
@@ -182,9 +184,9 @@ export class PayoutExecutor {
         intent.response = JSON.parse(JSON.stringify(result, JSON_SAFE))
         intent.error = null
         await intent.save()
-        return applied.result.payout
+        return stored.result.payout
       })
-    await ledger.notify(change)
+    await ledger.notify(change, applied)
     return { result, payout, intent }
   }
 

@@ -62,11 +62,19 @@ export interface ApplyResult {
   payout: Payout
   changed: boolean
   reason: ReduceReason
+  /** This observation gave an owner to a payout whose earlier changes went out without one. */
+  ownerAttached: boolean
 }
 
 export interface LedgerHooks {
   /** Runs after COMMIT, once per real change; never for duplicates or stale events. */
   onChange?: (change: PayoutChange) => void | Promise<void>
+  /**
+   * Runs after COMMIT when an observation that changes nothing gives the payout its owner
+   * (the service's payout.created can arrive before the execute response): the owner's
+   * listeners have not heard of the payout yet.
+   */
+  onOwnerAttached?: (payout: Payout) => void | Promise<void>
 }
 
 const DECIMAL_FIELDS = new Set([
@@ -125,7 +133,7 @@ export class PayoutLedger {
     const { result, change } = await this.db
       .connection(this.connection)
       .transaction((trx) => this.applyInTransaction(trx, observation))
-    await this.notify(change)
+    await this.notify(change, result)
     return result
   }
 
@@ -170,6 +178,7 @@ export class PayoutLedger {
     const previous = row.lastObservedAt === null ? null : { status: row.status, step: row.step }
     const outcome = reduce(previous, { status: observation.status, step: observation.step })
 
+    const ownerAttached = !row.ownerId && !!observation.fields?.ownerId && previous !== null
     this.#fill(row, observation)
     // When we last heard, on our clock (the event time is kept in payout_events).
     row.lastObservedAt = DateTime.now()
@@ -203,7 +212,12 @@ export class PayoutLedger {
       { client: trx }
     )
 
-    const result = { payout: row, changed: outcome.changed, reason: outcome.reason }
+    const result = {
+      payout: row,
+      changed: outcome.changed,
+      reason: outcome.reason,
+      ownerAttached: ownerAttached && !outcome.changed,
+    }
     const change = outcome.changed
       ? {
           payout: row,
@@ -221,9 +235,13 @@ export class PayoutLedger {
   /**
    * Runs the change hook, then marks the change notified; for callers of
    * `applyInTransaction`, after their COMMIT. A hook that throws leaves it to `renotify`.
+   * Without a change, `result` may still announce an owner attached to the payout.
    */
-  async notify(change: PayoutChange | null) {
-    if (!change) return
+  async notify(change: PayoutChange | null, result?: ApplyResult) {
+    if (!change) {
+      if (result?.ownerAttached) await this.hooks.onOwnerAttached?.(result.payout)
+      return
+    }
     this.#notifying.add(change.eventId)
     try {
       if (this.hooks.onChange) await this.hooks.onChange(change)

@@ -132,9 +132,33 @@ export class PayoutsService {
     const { tablePrefix, connection } = this.config.ledger
     configureModels(tablePrefix, connection)
     const db = await this.#deps.database!()
+    const { default: PayoutEvent } = await import('../models/payout_event.ts')
     const ledger = new PayoutLedger(
       db,
-      { onChange: (change) => this.#onChange(change, toChangedEvent) },
+      {
+        onChange: (change) => this.#onChange(change, toChangedEvent),
+        // The owner's listeners missed the payout's changes so far: its current position.
+        onOwnerAttached: async (payout) => {
+          if (!this.#transmit) return
+          const last = await PayoutEvent.query({ connection })
+            .where('payout_uuid', payout.payoutUuid)
+            .where('applied', true)
+            .orderBy('id', 'desc')
+            .first()
+          if (!last) return
+          const current = { status: payout.status, step: payout.step }
+          const event = toChangedEvent({
+            payout,
+            previous: null,
+            current,
+            source: last.source as PayoutChange['source'],
+            created: false,
+            eventId: last.id,
+            observedAt: last.observedAt,
+          })
+          this.#broadcast(event, { ownerOnly: true })
+        },
+      },
       connection
     )
     const executor = new PayoutExecutor({ db, ledger, client: this.client, connection })
@@ -232,11 +256,13 @@ export class PayoutsService {
   }
 
   /** Public fields only, on the payout's channel and its owner's. */
-  #broadcast(event: PayoutChangedEvent) {
+  #broadcast(event: PayoutChangedEvent, options: { ownerOnly?: boolean } = {}) {
     if (!this.#transmit) return
     const { payoutChannel, ownerChannel } = this.config.transmit
     const payload = JSON.parse(JSON.stringify(event))
-    this.#transmit.broadcast(payoutChannel.replace(':payoutId', event.payoutId), payload)
+    if (!options.ownerOnly) {
+      this.#transmit.broadcast(payoutChannel.replace(':payoutId', event.payoutId), payload)
+    }
     if (event.ownerId) {
       this.#transmit.broadcast(ownerChannel.replace(':ownerId', event.ownerId), payload)
     }

@@ -5,7 +5,7 @@ import { EventSource, request } from 'undici'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import { signPayload } from '../../src/signature/main.ts'
 import { TEST_DB } from '../helpers/database.ts'
-import { startHttpApp } from '../helpers/http_app.ts'
+import { startHttpApp, type HttpApp } from '../helpers/http_app.ts'
 
 /** A Node subscriber: undici's EventSource (Node 24 has none), identity in a header. */
 function subscriber(baseUrl: string, owner: string, refused: number[] = []) {
@@ -19,19 +19,33 @@ function subscriber(baseUrl: string, owner: string, refused: number[] = []) {
   })
 }
 
-test.group(`Transmit | payout channels (${TEST_DB})`, () => {
+test.group(`Transmit | payout channels (${TEST_DB})`, (group) => {
+  // One app for the group: @adonisjs/transmit's controllers use a module-level singleton
+  // bound to the first app that served them, as a real process has one app.
+  let app: HttpApp
+  const teardown: Array<() => Promise<void>> = []
+  group.setup(async () => {
+    app = await startHttpApp(
+      (fn) => void teardown.push(fn),
+      {},
+      async (adonis) => {
+        const transmit = await adonis.container.make('transmit')
+        transmit.registerRoutes()
+        const payouts = await adonis.container.make('payouts.manager')
+        payouts.registerChannels(transmit, {
+          owner: (ctx, ownerId) => ctx.request.header('x-owner') === ownerId,
+        })
+      }
+    )
+  })
+  group.teardown(async () => {
+    for (const fn of teardown.reverse()) await fn()
+  })
+
   test('a subscriber receives the broadcast of a webhook it posted; another owner is refused', async ({
     assert,
     cleanup,
   }) => {
-    const app = await startHttpApp(cleanup, {}, async (adonis) => {
-      const transmit = await adonis.container.make('transmit')
-      transmit.registerRoutes()
-      const payouts = await adonis.container.make('payouts.manager')
-      payouts.registerChannels(transmit, {
-        owner: (ctx, ownerId) => ctx.request.header('x-owner') === ownerId,
-      })
-    })
     const payoutId = randomUUID()
     // The payout belongs to tenant-a (as execute would have stored it).
     const { db } = await app.payouts.parts()
@@ -96,5 +110,48 @@ test.group(`Transmit | payout channels (${TEST_DB})`, () => {
       previousStatus: 'pending',
     })
     assert.notInclude(JSON.stringify(received[0]), 'secret.example')
+  })
+
+  test('a payout.created that beats the execute response still reaches the owner channel', async ({
+    assert,
+    cleanup,
+  }) => {
+    const mine = subscriber(app.url, 'tenant-a')
+    cleanup(async () => mine.close())
+    const received: any[] = []
+    const subscription = mine.subscription('payouts/owners/tenant-a')
+    subscription.onMessage((message) => received.push(message))
+    await subscription.create()
+
+    const payoutId = randomUUID()
+    const { ledger } = await app.payouts.parts()
+    // The webhook first: nobody knows the owner yet, so only the payout channel hears it.
+    await ledger.apply({ payoutId, status: 'pending', step: 'initiated', source: 'webhook' })
+    // Then the execute response: no new position, but now the owner is known.
+    const stored = await ledger.apply({
+      payoutId,
+      status: 'pending',
+      step: 'initiated',
+      source: 'execute',
+      fields: { ownerId: 'tenant-a' },
+    })
+    assert.isFalse(stored.changed)
+    assert.isTrue(stored.ownerAttached)
+    const started = Date.now()
+    while (received.length === 0 && Date.now() - started < 5000)
+      await new Promise((r) => setTimeout(r, 10))
+    assert.lengthOf(received, 1)
+    assert.deepInclude(received[0], { payoutId, ownerId: 'tenant-a', status: 'pending' })
+    // A later duplicate attaches nothing and announces nothing.
+    const again = await ledger.apply({
+      payoutId,
+      status: 'pending',
+      step: 'initiated',
+      source: 'execute',
+      fields: { ownerId: 'tenant-a' },
+    })
+    assert.isFalse(again.ownerAttached)
+    await new Promise((r) => setTimeout(r, 200))
+    assert.lengthOf(received, 1)
   })
 })
