@@ -153,8 +153,8 @@ test.group(`Jobs | locks on Redis (${TEST_DB})`, () => {
     const elapsed = Date.now() - started
     assert.isNotEmpty(keys)
     for (const { lines } of [a, b]) {
-      const started = lines.find((line) => line.msg === 'payouts jobs started')
-      assert.deepEqual(started?.obj, {
+      const announced = lines.find((line) => line.msg === 'payouts jobs started')
+      assert.deepEqual(announced?.obj, {
         locks: 'redis',
         intervals: { reconcile: intervalMs, escrow: intervalMs, recover: intervalMs },
       })
