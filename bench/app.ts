@@ -1,0 +1,209 @@
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { IgnitorFactory } from '@adonisjs/core/factories'
+import type { HttpContext } from '@adonisjs/core/http'
+import type { ApplicationService } from '@adonisjs/core/types'
+import type { NextFn } from '@adonisjs/core/types/http'
+import { defineConfig as defineDbConfig } from '@adonisjs/lucid'
+import { createPayoutsTables, dropPayoutsTables, tableNames } from '../src/database/schema.ts'
+import type { PayoutsService } from '../src/service/payouts_service.ts'
+import { readRawBody } from '../src/webhooks/raw_body.ts'
+import { createSkippingBodyParser } from '../src/webhooks/skipping_bodyparser.ts'
+import { BENCH_SECRET } from './deliveries.ts'
+
+export type BenchDb = 'sqlite' | 'pg'
+
+/** The three routes compared side by side. */
+export const ROUTES = {
+  plugin: '/webhooks/payouts',
+  bare: '/bench/bare',
+  insert: '/bench/insert',
+} as const
+
+/** PostgreSQL connection of the bench (the suite's database). */
+export const PG_CONNECTION = {
+  host: process.env.PG_HOST ?? '127.0.0.1',
+  port: Number(process.env.PG_PORT ?? 5432),
+  user: process.env.PG_USER ?? 'postgres',
+  database: process.env.PG_DATABASE ?? 'test',
+}
+
+export const BENCH_API_KEY = `sk_test_${'B'.repeat(43)}`
+const APP_ROOT = new URL('./tmp/', import.meta.url)
+const MAX_BODY_BYTES = 262_144
+
+export interface BenchApp {
+  app: ApplicationService
+  payouts: PayoutsService
+  url: string
+  prefix: string
+  inboxTable: string
+  /** Server-side time per request (request received -> response finished), ms, by path. */
+  serverTimes: Map<string, number[]>
+  /** Turns the post-ack inbox processing (InboxProcessor.kick) on or off. */
+  setProcessing(on: boolean): void
+  close(): Promise<void>
+}
+
+/** SQLite as Lucid opens it (rollback journal, synchronous=FULL), or WAL + synchronous=NORMAL. */
+export type SqliteJournal = 'default' | 'wal'
+
+function connectionFor(db: BenchDb, sqliteFile: string, journal: SqliteJournal) {
+  if (db === 'pg') {
+    // knex's default pool size; every route shares it.
+    return { client: 'pg' as const, connection: PG_CONNECTION, pool: { min: 2, max: 10 } }
+  }
+  return {
+    client: 'better-sqlite3' as const,
+    connection: { filename: sqliteFile },
+    useNullAsDefault: true,
+    pool:
+      journal === 'wal'
+        ? {
+            afterCreate: (conn: { pragma(sql: string): unknown }, done: () => void) => {
+              conn.pragma('journal_mode = WAL')
+              conn.pragma('synchronous = NORMAL')
+              done()
+            },
+          }
+        : undefined,
+  }
+}
+
+/**
+ * A real AdonisJS app over real HTTP, booted like the suite's (IgnitorFactory, Lucid,
+ * Transmit, the payouts provider, the stock bodyparser as router middleware), with three
+ * POST routes: the plugin's webhook route (registerRoutes), a bare route that reads the
+ * raw body and answers 200, and an insert-only route that reads the raw body and inserts
+ * the same inbox row through the plugin's InboxStore, without verifying. The bare and
+ * insert-only routes skip the bodyparser like the plugin's route does.
+ */
+export async function startBenchApp(options: {
+  db: BenchDb
+  sqliteFile: string
+  journal?: SqliteJournal
+}): Promise<BenchApp> {
+  const prefix = `b${Math.random().toString(36).slice(2, 8)}_`
+  const ignitor = new IgnitorFactory()
+    .withCoreProviders()
+    .withCoreConfig()
+    .merge({
+      config: {
+        logger: { default: 'app', loggers: { app: { enabled: true, level: 'error' } } },
+        transmit: { pingInterval: false, transport: null },
+        database: defineDbConfig({
+          connection: 'primary',
+          connections: {
+            primary: connectionFor(
+              options.db,
+              options.sqliteFile,
+              options.journal ?? 'default'
+            ) as any,
+          },
+        }),
+        payouts: {
+          apiKey: BENCH_API_KEY,
+          baseUrl: 'http://127.0.0.1:9',
+          webhook: { secret: BENCH_SECRET, path: ROUTES.plugin },
+          jobs: { enabled: false },
+          ledger: { tablePrefix: prefix },
+        },
+      },
+      rcFileContents: {
+        providers: [
+          () => import('@adonisjs/lucid/database_provider'),
+          () => import('@adonisjs/transmit/transmit_provider'),
+          () => import('../providers/payouts_provider.ts'),
+        ],
+      },
+    })
+    .create(APP_ROOT, {
+      importer: (filePath) =>
+        filePath.startsWith('.') ? import(new URL(filePath, APP_ROOT).href) : import(filePath),
+    })
+  const app = ignitor.createApp('web')
+  await app.init()
+  await app.boot()
+  const db = await app.container.make('lucid.db')
+  await createPayoutsTables(db.connection().schema, prefix)
+  const inboxTable = tableNames(prefix).webhookDeliveries
+
+  // The provider bound a bodyparser that skips the plugin's route; the bench routes skip
+  // it too (checked first, then the plugin's own check runs for everything else).
+  const { default: BodyParserMiddleware } = await import('@adonisjs/core/bodyparser_middleware')
+  const PluginBodyParser = createSkippingBodyParser(() => ROUTES.plugin)
+  const rawRoutes = new Set<string>([ROUTES.bare, ROUTES.insert])
+  class BenchBodyParser extends PluginBodyParser {
+    async handle(ctx: HttpContext, next: NextFn) {
+      if (ctx.route && rawRoutes.has(ctx.route.pattern)) return next()
+      return super.handle(ctx, next)
+    }
+  }
+  app.container.singleton(
+    BodyParserMiddleware,
+    () => new BenchBodyParser(app.config.get('bodyparser'), app.experimentalFlags)
+  )
+
+  const service = await app.container.make('payouts.manager')
+  const router = await app.container.make('router')
+  router.use([() => import('@adonisjs/core/bodyparser_middleware')])
+  await service.registerRoutes(router)
+  router.post(ROUTES.bare, async ({ request, response }) => {
+    await readRawBody(request.request, MAX_BODY_BYTES)
+    return response.status(200).send({ received: true })
+  })
+  router.post(ROUTES.insert, async ({ request, response }) => {
+    const raw = await readRawBody(request.request, MAX_BODY_BYTES)
+    const { inbox } = await service.parts()
+    await inbox.insert({
+      deliveryId: request.header('svc-delivery-id') ?? '',
+      eventType: (request.header('svc-event-type') ?? 'unknown').slice(0, 100),
+      rawBody: raw,
+      signatureHeader: request.header('svc-signature') ?? null,
+      source: 'webhook',
+    })
+    return response.status(200).send({ received: true })
+  })
+
+  const transmit = await app.container.make('transmit')
+  transmit.registerRoutes()
+  service.registerChannels(transmit, {
+    owner: (ctx: HttpContext, ownerId: string) => ctx.request.header('x-owner') === ownerId,
+  })
+
+  await app.start(async () => {})
+  const server = await app.container.make('server')
+  await server.boot()
+  const serverTimes = new Map<string, number[]>()
+  const http: Server = createServer((req, res) => {
+    const started = performance.now()
+    res.once('finish', () => {
+      const times = serverTimes.get(req.url ?? '') ?? []
+      if (times.length < 100_000) times.push(performance.now() - started)
+      serverTimes.set(req.url ?? '', times)
+    })
+    return server.handle(req, res)
+  })
+  await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve))
+
+  const { processor } = await service.parts()
+  const kick = processor.kick.bind(processor)
+  return {
+    app,
+    payouts: service,
+    url: `http://127.0.0.1:${(http.address() as AddressInfo).port}`,
+    prefix,
+    inboxTable,
+    serverTimes,
+    setProcessing(on) {
+      processor.kick = on ? kick : () => {}
+    },
+    async close() {
+      http.closeAllConnections()
+      await new Promise((resolve) => http.close(resolve))
+      await service.close()
+      await dropPayoutsTables(db.connection().schema, prefix)
+      await app.terminate()
+    },
+  }
+}

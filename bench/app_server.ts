@@ -1,0 +1,133 @@
+import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks'
+import v8 from 'node:v8'
+import { PayoutLedger } from '../src/ledger/payout_ledger.ts'
+import { startBenchApp, type BenchDb } from './app.ts'
+import { failToParent, serveParent } from './ipc.ts'
+
+/**
+ * Child process: one bench app (argv: db kind, SQLite file), driven by bench/run.ts over
+ * IPC so the load generator and the server do not share an event loop.
+ */
+async function main() {
+  const db = (process.argv[2] ?? 'sqlite') as BenchDb
+  const sqliteFile = process.argv[3] ?? ''
+  const journal: 'wal' | 'default' = process.argv.includes('--wal') ? 'wal' : 'default'
+  const bench = await startBenchApp({ db, sqliteFile, journal })
+  const lucid = await bench.app.container.make('lucid.db')
+  const client = () => lucid.connection()
+  bench.setProcessing(process.argv.includes('--processing'))
+
+  // Event-loop delay and GC pauses, reset per run, to explain latency tails.
+  const loop = monitorEventLoopDelay({ resolution: 1 })
+  loop.enable()
+  let pauses = { count: 0, totalMs: 0, maxMs: 0 }
+  new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      pauses.count++
+      pauses.totalMs += entry.duration
+      pauses.maxMs = Math.max(pauses.maxMs, entry.duration)
+    }
+  }).observe({ entryTypes: ['gc'] })
+  // Set once the inbox processor may have been started, until the next truncate.
+  let mayBeDraining = false
+
+  serveParent(
+    { url: bench.url, prefix: bench.prefix, pid: process.pid },
+    {
+      processing: (args: { on: boolean }) => {
+        mayBeDraining ||= args.on
+        bench.setProcessing(args.on)
+      },
+      resetStats: () => {
+        loop.reset()
+        pauses = { count: 0, totalMs: 0, maxMs: 0 }
+        bench.serverTimes.clear()
+      },
+      stats: (args: { path: string }) => ({
+        loopDelayMaxMs: loop.max / 1e6,
+        gc: { ...pauses },
+        serverSamples: bench.serverTimes.get(args.path) ?? [],
+      }),
+      truncate: async () => {
+        bench.setProcessing(false)
+        if (mayBeDraining) {
+          // A drain in progress reads back each row it claims: deleting rows under it makes
+          // it fail. Leave it nothing more to claim, let it finish its batch, then delete.
+          await client()
+            .from(bench.inboxTable)
+            .whereIn('state', ['pending', 'failed'])
+            .update({ state: 'dead' })
+          const { processor } = await bench.payouts.parts()
+          await processor.idle()
+          mayBeDraining = false
+        }
+        await client().truncate(bench.inboxTable)
+        // In WAL mode the delete sits in the WAL: checkpoint now, not during the next run.
+        if (journal === 'wal') await client().rawQuery('PRAGMA wal_checkpoint(TRUNCATE)')
+      },
+      count: async () => {
+        const rows: Array<{ state: string; total: number | string }> = await client()
+          .from(bench.inboxTable)
+          .select('state')
+          .count('* as total')
+          .groupBy('state')
+        return Object.fromEntries(rows.map((row) => [row.state, Number(row.total)]))
+      },
+      /** Payouts owned by `ownerId` (as execute would store them), so broadcasts reach it. */
+      seedPayouts: async (args: { ids: string[]; ownerId: string }) => {
+        const ledger = new PayoutLedger(lucid)
+        for (const payoutId of args.ids) {
+          await ledger.apply({
+            payoutId,
+            status: 'pending',
+            step: 'initiated',
+            source: 'execute',
+            fields: { ownerId: args.ownerId },
+          })
+        }
+        return args.ids.length
+      },
+      /** Processes the backlog for `ms`, then stops kicking; rows processed per second. */
+      drainRate: async (args: { ms: number }) => {
+        const processed = async () => {
+          const row = await client()
+            .from(bench.inboxTable)
+            .where('state', 'processed')
+            .count('* as total')
+            .first()
+          return Number(row?.total ?? 0)
+        }
+        const before = await processed()
+        const { processor } = await bench.payouts.parts()
+        mayBeDraining = true
+        const started = performance.now()
+        bench.setProcessing(true)
+        processor.kick()
+        await new Promise((resolve) => setTimeout(resolve, args.ms))
+        bench.setProcessing(false)
+        const rows = (await processed()) - before
+        return { rows, seconds: (performance.now() - started) / 1000 }
+      },
+      memory: () => {
+        const gc = (globalThis as { gc?: () => void }).gc
+        if (gc) {
+          gc()
+          gc()
+        }
+        const spaces = Object.fromEntries(
+          v8.getHeapSpaceStatistics().map((space) => [space.space_name, space.space_size])
+        )
+        return { gc: Boolean(gc), ...process.memoryUsage(), spaces }
+      },
+      sqliteJournal: async () => {
+        if (db !== 'sqlite') return null
+        const mode = await client().rawQuery('PRAGMA journal_mode')
+        const sync = await client().rawQuery('PRAGMA synchronous')
+        return { journalMode: mode?.[0]?.journal_mode, synchronous: sync?.[0]?.synchronous }
+      },
+    },
+    () => bench.close()
+  )
+}
+
+main().catch(failToParent)

@@ -1,0 +1,181 @@
+import { ROUTES } from './app.ts'
+import type { Child } from './ipc.ts'
+import { loadRoute, pool, strip, type LoadResult, type LoadRun } from './load.ts'
+import { median, summarize, type Summary } from './stats.ts'
+
+export type RouteName = keyof typeof ROUTES
+
+export interface IngestSettings {
+  connections: number
+  warmupS: number
+  rounds: number
+  roundS: number
+  fixedRate: number
+  fixedConnections: number
+  fixedS: number
+  drainMs: number
+}
+
+/** What the app process saw during fixed-rate runs (its own time, apart from the machine's). */
+export interface ServerSide {
+  /** Request received -> response finished, inside the app, ms. */
+  handling: Summary
+  /** Worst event-loop delay over the runs, ms (timer lateness: blocking or descheduling). */
+  loopDelayMaxMs: number
+  gcCount: number
+  gcMaxMs: number
+}
+
+/** A fixed-rate figure: the load generator's view pooled over runs, plus the app's view. */
+export type FixedResult = LoadResult & { perRunP99: number[]; server: ServerSide }
+
+interface ChildStats {
+  loopDelayMaxMs: number
+  gc: { count: number; totalMs: number; maxMs: number }
+  serverSamples: number[]
+}
+
+interface FixedRun {
+  load: LoadRun
+  stats: ChildStats
+}
+
+export interface IngestResult {
+  settings: IngestSettings
+  /** Max throughput, one entry per round, routes in rotated order, inbox emptied before each. */
+  rounds: Array<Record<RouteName, LoadResult>>
+  /** Median over the rounds of 2xx per second. */
+  okPerSecond: Record<RouteName, number>
+  /** Median over the rounds of the per-round ratios (both routes measured back to back). */
+  pluginVsInsert: number
+  pluginVsBare: number
+  insertVsBare: number
+  perRoundPluginVsInsert: number[]
+  /**
+   * Fixed rate, inbox processing deferred: the acknowledgement path alone. Two runs per
+   * route in ABBA order (plugin, insert, insert, plugin), percentiles over both.
+   */
+  fixedPlugin: FixedResult
+  fixedInsert: FixedResult
+  /** Fixed rate with the inbox processed after each ack in the same process (info). */
+  fixedPluginProcessing: FixedResult & { backlogAfter: number }
+  /** Inbox rows processed per second from a backlog (claim, ledger apply, mark; info). */
+  drain: { rows: number; seconds: number; rowsPerSecond: number }
+}
+
+function combine(runs: FixedRun[]): FixedResult {
+  return {
+    ...pool(runs.map((run) => run.load)),
+    perRunP99: runs.map((run) => run.load.latency.p99),
+    server: {
+      handling: summarize(runs.flatMap((run) => run.stats.serverSamples)),
+      loopDelayMaxMs: Math.max(...runs.map((run) => run.stats.loopDelayMaxMs)),
+      gcCount: runs.reduce((n, run) => n + run.stats.gc.count, 0),
+      gcMaxMs: Math.max(...runs.map((run) => run.stats.gc.maxMs)),
+    },
+  }
+}
+
+/**
+ * The webhook-ingest comparison on one app: max throughput of the three routes in
+ * alternating rounds, then fixed-rate acknowledgement latency, then the drain rate.
+ */
+export async function measureIngest(
+  child: Child<{ url: string }>,
+  settings: IngestSettings,
+  log: (line: string) => void
+): Promise<IngestResult> {
+  const url = child.ready.url
+  const names = Object.keys(ROUTES) as RouteName[]
+  const maxRun = async (route: RouteName, durationS: number) => {
+    await child.call('truncate')
+    return loadRoute({
+      url,
+      path: ROUTES[route],
+      tag: route,
+      durationS,
+      connections: settings.connections,
+    })
+  }
+  /** One fixed-rate run, with the app's own timing of each request. */
+  const fixedRun = async (route: RouteName, tag: string = route): Promise<FixedRun> => {
+    await child.call('resetStats')
+    const load = await loadRoute({
+      url,
+      path: ROUTES[route],
+      tag,
+      durationS: settings.fixedS,
+      connections: settings.fixedConnections,
+      overallRate: settings.fixedRate,
+    })
+    return { load, stats: await child.call<ChildStats>('stats', { path: ROUTES[route] }) }
+  }
+
+  await child.call('processing', { on: false })
+  for (const route of names) await maxRun(route, settings.warmupS)
+
+  const rounds: IngestResult['rounds'] = []
+  for (let round = 0; round < settings.rounds; round++) {
+    const order = names.map((_, i) => names[(i + round) % names.length])
+    const entry = {} as Record<RouteName, LoadResult>
+    for (const route of order) entry[route] = strip(await maxRun(route, settings.roundS))
+    rounds.push(entry)
+    log(
+      `    round ${round + 1}: ` +
+        names.map((r) => `${r} ${entry[r].okPerSecond.toFixed(0)}/s`).join(', ')
+    )
+  }
+  const ratio = (a: RouteName, b: RouteName) =>
+    rounds.map((r) => r[a].okPerSecond / r[b].okPerSecond)
+
+  // ABBA: plugin, insert, insert, plugin, the inbox emptied before each.
+  await child.call('truncate')
+  const pluginRuns = [await fixedRun('plugin')]
+  // The backlog that run left (processing was deferred) measures the drain rate.
+  const drain = await child.call<{ rows: number; seconds: number }>(
+    'drainRate',
+    { ms: settings.drainMs },
+    settings.drainMs + 60_000
+  )
+  const insertRuns: FixedRun[] = []
+  for (let i = 0; i < 2; i++) {
+    await child.call('truncate')
+    insertRuns.push(await fixedRun('insert'))
+  }
+  await child.call('truncate')
+  pluginRuns.push(await fixedRun('plugin'))
+  const fixedPlugin = combine(pluginRuns)
+  const fixedInsert = combine(insertRuns)
+  log(
+    `    fixed ${settings.fixedRate}/s p99 per run: plugin ` +
+      fixedPlugin.perRunP99.map((p) => p.toFixed(1)).join(' / ') +
+      ' ms, insert-only ' +
+      fixedInsert.perRunP99.map((p) => p.toFixed(1)).join(' / ') +
+      ` ms; in-app p99 plugin ${fixedPlugin.server.handling.p99.toFixed(1)}` +
+      ` / insert-only ${fixedInsert.server.handling.p99.toFixed(1)} ms`
+  )
+
+  await child.call('truncate')
+  await child.call('processing', { on: true })
+  const withProcessing = combine([await fixedRun('plugin', 'plugin_processing')])
+  await child.call('processing', { on: false })
+  const counts = await child.call<Record<string, number>>('count')
+  const backlogAfter = (counts.pending ?? 0) + (counts.processing ?? 0) + (counts.failed ?? 0)
+  await child.call('truncate', undefined, 120_000)
+
+  return {
+    settings,
+    rounds,
+    okPerSecond: Object.fromEntries(
+      names.map((r) => [r, median(rounds.map((x) => x[r].okPerSecond))])
+    ) as Record<RouteName, number>,
+    pluginVsInsert: median(ratio('plugin', 'insert')),
+    pluginVsBare: median(ratio('plugin', 'bare')),
+    insertVsBare: median(ratio('insert', 'bare')),
+    perRoundPluginVsInsert: ratio('plugin', 'insert'),
+    fixedPlugin,
+    fixedInsert,
+    fixedPluginProcessing: { ...withProcessing, backlogAfter },
+    drain: { ...drain, rowsPerSecond: drain.rows / drain.seconds },
+  }
+}

@@ -1,0 +1,119 @@
+import autocannon from 'autocannon'
+import { deliveryId, signedHeaders, statusEvent } from './deliveries.ts'
+import { summarize, type Summary } from './stats.ts'
+
+/** One autocannon run against one route, every request a unique signed delivery. */
+export interface LoadResult {
+  route: string
+  durationS: number
+  connections: number
+  /** Requested rate (fixed-rate runs), null for max throughput. */
+  overallRate: number | null
+  sent: number
+  ok: number
+  non2xx: number
+  errors: number
+  timeouts: number
+  /** 2xx answers per second over the run. */
+  okPerSecond: number
+  /** Acknowledgement latency of 2xx answers, ms (our own float samples, not autocannon's 1 ms buckets). */
+  latency: Summary
+}
+
+/** A run with its raw latency samples, to pool several runs; never written to results. */
+export type LoadRun = LoadResult & { samples: number[] }
+
+/** Pools runs of the same route: counts add up, percentiles over all samples. */
+export function pool(runs: LoadRun[]): LoadResult {
+  const sum = (pick: (run: LoadRun) => number) => runs.reduce((n, run) => n + pick(run), 0)
+  const durationS = sum((run) => run.durationS)
+  const ok = sum((run) => run.ok)
+  return {
+    route: runs[0].route,
+    durationS,
+    connections: runs[0].connections,
+    overallRate: runs[0].overallRate,
+    sent: sum((run) => run.sent),
+    ok,
+    non2xx: sum((run) => run.non2xx),
+    errors: sum((run) => run.errors),
+    timeouts: sum((run) => run.timeouts),
+    okPerSecond: ok / durationS,
+    latency: summarize(runs.flatMap((run) => run.samples)),
+  }
+}
+
+/** The run without its samples. */
+export function strip({ samples, ...result }: LoadRun): LoadResult {
+  void samples
+  return result
+}
+
+/**
+ * Posts unique signed deliveries (fresh Svc-Delivery-Id and timestamp per request) to
+ * `url + path` with autocannon, bounded by `durationS`. With `overallRate`, at that fixed
+ * rate across all connections.
+ */
+export async function loadRoute(options: {
+  url: string
+  path: string
+  tag: string
+  durationS: number
+  connections: number
+  overallRate?: number
+}): Promise<LoadRun> {
+  const latencies: number[] = []
+  const statuses = new Map<number, number>()
+  let instance!: autocannon.Instance
+  const finished = new Promise<autocannon.Result>((resolve, reject) => {
+    instance = autocannon(
+      {
+        url: options.url,
+        connections: options.connections,
+        duration: options.durationS,
+        overallRate: options.overallRate,
+        timeout: 10,
+        requests: [
+          {
+            method: 'POST',
+            path: options.path,
+            setupRequest: (request) => {
+              const body = statusEvent()
+              return {
+                ...request,
+                method: 'POST',
+                path: options.path,
+                body,
+                headers: signedHeaders(body, deliveryId(options.tag)),
+              }
+            },
+          },
+        ],
+      },
+      (error, result) => (error ? reject(error) : resolve(result))
+    )
+  })
+  instance.on('response', (_client, statusCode, _bytes, responseTime) => {
+    statuses.set(statusCode, (statuses.get(statusCode) ?? 0) + 1)
+    if (statusCode >= 200 && statusCode < 300 && latencies.length < 2_000_000) {
+      latencies.push(responseTime)
+    }
+  })
+  const result = await finished
+  const ok = [...statuses].reduce((n, [code, count]) => (code < 300 ? n + count : n), 0)
+  const non2xx = [...statuses].reduce((n, [code, count]) => (code >= 300 ? n + count : n), 0)
+  return {
+    route: options.path,
+    durationS: result.duration,
+    connections: options.connections,
+    overallRate: options.overallRate ?? null,
+    sent: result.requests.sent,
+    ok,
+    non2xx,
+    errors: result.errors,
+    timeouts: result.timeouts,
+    okPerSecond: ok / result.duration,
+    latency: summarize(latencies),
+    samples: latencies,
+  }
+}
