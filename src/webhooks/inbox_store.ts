@@ -103,6 +103,8 @@ export class InboxStore {
         .update({ state: 'processing', next_attempt_at: lease, attempts: candidate.attempts + 1 })
       if (Number(Array.isArray(updated) ? updated[0] : updated) !== 1) continue
       const row = await client.from(this.table).where('id', candidate.id).first()
+      // Deleted between the claim and the read (pruning, an operator): nothing to process.
+      if (!row) continue
       claimed.push({
         id: Number(row.id),
         deliveryId: row.delivery_id,

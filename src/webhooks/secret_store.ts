@@ -22,6 +22,15 @@ export interface StoredSubscription {
  */
 export class SecretStore {
   #cache: { at: number; secrets: StoredSubscription[] } | null = null
+  #loading?: Promise<StoredSubscription[]>
+  /** Bumped by every write, so a read started before it cannot refill the cache. */
+  #generation = 0
+
+  #invalidate() {
+    this.#generation++
+    this.#cache = null
+    this.#loading = undefined
+  }
 
   constructor(
     private db: Database,
@@ -45,7 +54,7 @@ export class SecretStore {
         .insertQuery()
         .table(this.table)
         .insert({ ...values, subscription_id: input.subscriptionId, created_at: now })
-    this.#cache = null
+    this.#invalidate()
   }
 
   /** Stores a rotated secret, keeping the old one valid until `graceUntil`. */
@@ -62,11 +71,25 @@ export class SecretStore {
         previous_valid_until: dbDate(client, graceUntil),
         updated_at: dbDate(client),
       })
-    this.#cache = null
+    this.#invalidate()
   }
 
-  async list(): Promise<StoredSubscription[]> {
-    if (this.#cache && Date.now() - this.#cache.at < this.ttlMs) return this.#cache.secrets
+  list(): Promise<StoredSubscription[]> {
+    if (this.#cache && Date.now() - this.#cache.at < this.ttlMs) {
+      return Promise.resolve(this.#cache.secrets)
+    }
+    // One read however many webhooks arrive while the cache is stale.
+    if (!this.#loading) {
+      const loading = this.#load().finally(() => {
+        if (this.#loading === loading) this.#loading = undefined
+      })
+      this.#loading = loading
+    }
+    return this.#loading
+  }
+
+  async #load(): Promise<StoredSubscription[]> {
+    const generation = this.#generation
     const rows = await this.db.connection(this.connection).from(this.table).orderBy('id')
     const secrets = rows.map((row: any) => ({
       subscriptionId: row.subscription_id,
@@ -75,7 +98,7 @@ export class SecretStore {
       previousSecret: row.previous_secret ? this.cipher.decrypt<string>(row.previous_secret) : null,
       previousValidUntil: row.previous_valid_until ? new Date(row.previous_valid_until) : null,
     }))
-    this.#cache = { at: Date.now(), secrets }
+    if (generation === this.#generation) this.#cache = { at: Date.now(), secrets }
     return secrets
   }
 

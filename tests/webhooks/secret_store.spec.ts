@@ -1,0 +1,48 @@
+import { test } from '@japa/runner'
+import { tableNames } from '../../src/database/schema.ts'
+import { SecretStore, type SecretCipher } from '../../src/webhooks/secret_store.ts'
+import { setupDatabase, TEST_DB } from '../helpers/database.ts'
+
+/** Reversible and visibly not plain text; the real app uses AdonisJS encryption. */
+const cipher: SecretCipher = {
+  encrypt: (value) => `enc:${Buffer.from(value).toString('base64')}`,
+  decrypt: <T>(value: string) => Buffer.from(value.slice(4), 'base64').toString() as T,
+}
+
+test.group(`Webhooks | stored secrets (${TEST_DB})`, () => {
+  test('webhooks arriving together on a stale cache read the table once', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'secrets')
+    const table = tableNames(prefix).webhookSecrets
+    const store = new SecretStore(db, table, cipher, undefined, 0)
+    await store.save({ subscriptionId: 'sub_1', url: 'https://a.test/w', secret: 'whsec_one' })
+    const reads: string[] = []
+    const knex = db.connection().getReadClient()
+    const onQuery = (query: { sql: string }) => {
+      if (query.sql.includes(table) && query.sql.startsWith('select')) reads.push(query.sql)
+    }
+    knex.on('query', onQuery)
+    cleanup(async () => void knex.off('query', onQuery))
+
+    const results = await Promise.all(Array.from({ length: 20 }, () => store.activeSecrets()))
+    assert.lengthOf(reads, 1)
+    for (const secrets of results) assert.deepEqual(secrets, ['whsec_one'])
+  })
+
+  test('a rotation is seen at once through the warm cache; rows hold no plain secret', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'secrets')
+    const store = new SecretStore(db, tableNames(prefix).webhookSecrets, cipher)
+    await store.save({ subscriptionId: 'sub_1', url: 'https://a.test/w', secret: 'whsec_one' })
+    assert.deepEqual(await store.activeSecrets(), ['whsec_one'])
+    await store.rotate('sub_1', 'whsec_two', new Date(Date.now() + 60_000))
+    // Current first, then the previous one during its grace.
+    assert.deepEqual(await store.activeSecrets(), ['whsec_two', 'whsec_one'])
+    const raw = await db.connection().from(tableNames(prefix).webhookSecrets).first()
+    assert.notInclude(JSON.stringify(raw), 'whsec_')
+  })
+})
