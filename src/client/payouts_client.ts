@@ -114,6 +114,27 @@ function parseResponse<T extends z.ZodType>(schema: T, body: unknown, status: nu
   return result.data
 }
 
+// Schemas are built once: building one costs more than the HTTP round trip on loopback.
+const longIdSchema = zod.string().min(1).max(255)
+const idSchema = zod.string().min(1)
+const onrampQuotesSchema = successWrapper(zod.array(onrampQuoteSchema))
+const bestOnrampSchema = successWrapper(onrampQuoteSchema)
+const executeResponseSchemaByFlow = {
+  fiat_to_fiat: successWrapper(executeDataSchemaByFlow.fiat_to_fiat),
+  stablecoin_to_fiat: successWrapper(executeDataSchemaByFlow.stablecoin_to_fiat),
+  onramp: successWrapper(executeDataSchemaByFlow.onramp),
+}
+const escrowConfirmedSchema = zod.looseObject({ success: zod.literal(true) })
+const rotatedSecretSchema = zod.looseObject({
+  id: zod.string(),
+  secret: zod.string().startsWith('whsec_'),
+})
+const replayedDeliverySchema = zod.looseObject({
+  id: zod.string(),
+  replayOf: zod.string().optional(),
+  status: zod.string().optional(),
+})
+
 const batchResultSchema = successWrapper(
   zod.looseObject({
     results: zod.array(
@@ -142,7 +163,8 @@ export class PayoutsClient {
   readonly baseUrl: string
   #transport: Transport
   #paths: Record<PathName, string>
-  #insecureWebhooks: boolean
+  #subscriptionCreateSchema: ReturnType<typeof webhookSubscriptionCreateSchema>
+  #subscriptionUpdateSchema: ReturnType<typeof webhookSubscriptionUpdateSchema>
 
   constructor(options: PayoutsClientOptions) {
     this.environment = environmentOfKey(options.apiKey, options.environment)
@@ -151,7 +173,9 @@ export class PayoutsClient {
     }
     this.baseUrl = options.baseUrl
     this.#paths = { ...DEFAULT_PATHS, ...options.paths }
-    this.#insecureWebhooks = options.allowInsecureLoopbackWebhooks ?? false
+    const insecureWebhooks = options.allowInsecureLoopbackWebhooks ?? false
+    this.#subscriptionCreateSchema = webhookSubscriptionCreateSchema(insecureWebhooks)
+    this.#subscriptionUpdateSchema = webhookSubscriptionUpdateSchema(insecureWebhooks)
     const limiter =
       options.rateLimiter === false
         ? null
@@ -233,7 +257,7 @@ export class PayoutsClient {
         safeToRepeat: true,
         family: 'quotes',
       })
-      return parseResponse(successWrapper(zod.array(onrampQuoteSchema)), body, status).data
+      return parseResponse(onrampQuotesSchema, body, status).data
     },
     /** The single best onramp route. */
     bestOnramp: async (query: {
@@ -249,7 +273,7 @@ export class PayoutsClient {
         safeToRepeat: true,
         family: 'quotes',
       })
-      return parseResponse(successWrapper(onrampQuoteSchema), body, status).data
+      return parseResponse(bestOnrampSchema, body, status).data
     },
   }
 
@@ -280,7 +304,7 @@ export class PayoutsClient {
       family: 'execute',
       signal: options?.signal,
     })
-    const data = parseResponse(successWrapper(executeDataSchemaByFlow[flow]), response, status).data
+    const data = parseResponse(executeResponseSchemaByFlow[flow], response, status).data
     return { flow, ...data } as ExecuteResult
   }
 
@@ -330,12 +354,12 @@ export class PayoutsClient {
       escrowConfirm: true,
       signal: options?.signal,
     })
-    return parseResponse(zod.looseObject({ success: zod.literal(true) }), response, status)
+    return parseResponse(escrowConfirmedSchema, response, status)
   }
 
   /** GET /rfq/status/{quoteId}. */
   async getQuoteStatus(quoteId: string) {
-    const id = validate(zod.string().min(1).max(255), quoteId)
+    const id = validate(longIdSchema, quoteId)
     const { body, status } = await this.#send({
       method: 'GET',
       path: this.#path('quoteStatus', id),
@@ -349,7 +373,7 @@ export class PayoutsClient {
 
   /** GET /payouts/{id}, by the execute UUID or the read id. */
   async getPayout(id: string, options?: { signal?: AbortSignal }) {
-    const payoutId = validate(zod.string().min(1).max(255), id)
+    const payoutId = validate(longIdSchema, id)
     const { body, status } = await this.#send({
       method: 'GET',
       path: this.#path('payout', payoutId),
@@ -414,7 +438,7 @@ export class PayoutsClient {
     get: async (id: string) => {
       const { body, status } = await this.#send({
         method: 'GET',
-        path: this.#path('recipient', validate(zod.string().min(1), id)),
+        path: this.#path('recipient', validate(idSchema, id)),
         safeToRepeat: true,
         family: 'default',
       })
@@ -424,7 +448,7 @@ export class PayoutsClient {
       const payload = validate(recipientUpdateSchema, body)
       const { body: response, status } = await this.#send({
         method: 'PATCH',
-        path: this.#path('recipient', validate(zod.string().min(1), id)),
+        path: this.#path('recipient', validate(idSchema, id)),
         body: payload,
         safeToRepeat: false,
         family: 'default',
@@ -434,7 +458,7 @@ export class PayoutsClient {
     delete: async (id: string) => {
       await this.#send({
         method: 'DELETE',
-        path: this.#path('recipient', validate(zod.string().min(1), id)),
+        path: this.#path('recipient', validate(idSchema, id)),
         safeToRepeat: false,
         family: 'default',
       })
@@ -447,7 +471,7 @@ export class PayoutsClient {
     subscriptions: {
       /** Creates a subscription; the response carries the whsec_ secret, once. */
       create: async (body: WebhookSubscriptionCreateBody, options?: CallOptions) => {
-        const payload = validate(webhookSubscriptionCreateSchema(this.#insecureWebhooks), body)
+        const payload = validate(this.#subscriptionCreateSchema, body)
         const { body: response, status } = await this.#send({
           method: 'POST',
           path: this.#path('subscriptions'),
@@ -471,17 +495,17 @@ export class PayoutsClient {
       get: async (id: string) => {
         const { body, status } = await this.#send({
           method: 'GET',
-          path: this.#path('subscription', validate(zod.string().min(1), id)),
+          path: this.#path('subscription', validate(idSchema, id)),
           safeToRepeat: true,
           family: 'default',
         })
         return parseResponse(webhookSubscriptionSchema, body, status)
       },
       update: async (id: string, body: WebhookSubscriptionUpdateBody) => {
-        const payload = validate(webhookSubscriptionUpdateSchema(this.#insecureWebhooks), body)
+        const payload = validate(this.#subscriptionUpdateSchema, body)
         const { body: response, status } = await this.#send({
           method: 'PATCH',
-          path: this.#path('subscription', validate(zod.string().min(1), id)),
+          path: this.#path('subscription', validate(idSchema, id)),
           body: payload,
           safeToRepeat: false,
           family: 'default',
@@ -491,7 +515,7 @@ export class PayoutsClient {
       delete: async (id: string) => {
         await this.#send({
           method: 'DELETE',
-          path: this.#path('subscription', validate(zod.string().min(1), id)),
+          path: this.#path('subscription', validate(idSchema, id)),
           safeToRepeat: false,
           family: 'default',
         })
@@ -500,15 +524,11 @@ export class PayoutsClient {
       rotateSecret: async (id: string) => {
         const { body, status } = await this.#send({
           method: 'POST',
-          path: this.#path('subscriptionRotateSecret', validate(zod.string().min(1), id)),
+          path: this.#path('subscriptionRotateSecret', validate(idSchema, id)),
           safeToRepeat: false,
           family: 'default',
         })
-        return parseResponse(
-          zod.looseObject({ id: zod.string(), secret: zod.string().startsWith('whsec_') }),
-          body,
-          status
-        )
+        return parseResponse(rotatedSecretSchema, body, status)
       },
     },
     deliveries: {
@@ -525,7 +545,7 @@ export class PayoutsClient {
       get: async (id: string) => {
         const { body, status } = await this.#send({
           method: 'GET',
-          path: this.#path('delivery', validate(zod.string().min(1), id)),
+          path: this.#path('delivery', validate(idSchema, id)),
           safeToRepeat: true,
           family: 'default',
         })
@@ -535,19 +555,11 @@ export class PayoutsClient {
       replay: async (id: string) => {
         const { body, status } = await this.#send({
           method: 'POST',
-          path: this.#path('deliveryReplay', validate(zod.string().min(1), id)),
+          path: this.#path('deliveryReplay', validate(idSchema, id)),
           safeToRepeat: false,
           family: 'replay',
         })
-        return parseResponse(
-          zod.looseObject({
-            id: zod.string(),
-            replayOf: zod.string().optional(),
-            status: zod.string().optional(),
-          }),
-          body,
-          status
-        )
+        return parseResponse(replayedDeliverySchema, body, status)
       },
     },
   }
@@ -567,12 +579,18 @@ export class PayoutsClient {
 }
 
 /** A page of a list endpoint: `{ data, nextCursor }` or a bare array (spec gap). */
+const pageSchemas = new WeakMap<z.ZodType, z.ZodType>()
 function parsePage<T extends z.ZodType>(item: T, body: unknown, status: number) {
-  const page = zod.union([
+  const page = (pageSchemas.get(item) ?? pageSchema(item)) as ReturnType<typeof pageSchema<T>>
+  pageSchemas.set(item, page)
+  return parseResponse(page, body, status)
+}
+
+function pageSchema<T extends z.ZodType>(item: T) {
+  return zod.union([
     zod.array(item).transform((data) => ({ data, nextCursor: null as string | null })),
     zod
       .looseObject({ data: zod.array(item), nextCursor: zod.string().nullish() })
       .transform((value) => ({ data: value.data, nextCursor: value.nextCursor ?? null })),
   ])
-  return parseResponse(page, body, status)
 }
