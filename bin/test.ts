@@ -3,6 +3,7 @@ import { assert } from '@japa/assert'
 import { fileSystem } from '@japa/file-system'
 import { expectTypeOf } from '@japa/expect-type'
 import { configure, processCLIArgs, run } from '@japa/runner'
+import { removeSqliteFiles } from '../tests/helpers/database.ts'
 
 /**
  * Japa entry point. TEST_DB=pg runs the database suites on PostgreSQL instead of the
@@ -17,6 +18,7 @@ configure({
     expectTypeOf(),
   ],
   timeout: 30_000,
+  teardown: [removeSqliteFiles],
   forceExit: true,
 })
 

@@ -1,4 +1,7 @@
 import { mkdirSync } from 'node:fs'
+import { readdir, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { Database } from '@adonisjs/lucid/database'
 import { BaseModel } from '@adonisjs/lucid/orm'
 import { Emitter } from '@adonisjs/core/events'
@@ -8,6 +11,16 @@ import { createPayoutsTables, dropPayoutsTables } from '../../src/database/schem
 import { configureModels } from '../../src/models/main.ts'
 
 export const TEST_DB = process.env.TEST_DB === 'pg' ? 'pg' : 'sqlite'
+
+/** SQLite files of this run. Not under tests/tmp: @japa/file-system empties it after each test. */
+export const SQLITE_FOLDER = join(tmpdir(), 'svc-payouts-tests')
+
+/** Removes this process's SQLite files (the runner's teardown). */
+export async function removeSqliteFiles() {
+  const files = await readdir(SQLITE_FOLDER).catch(() => [] as string[])
+  const mine = files.filter((file) => file.includes(`-${process.pid}.sqlite`))
+  await Promise.all(mine.map((file) => rm(join(SQLITE_FOLDER, file), { force: true })))
+}
 
 /** Lucid connection config for the suite's database (SQLite file, or PostgreSQL). */
 export function connectionConfig(name = 'test') {
@@ -23,13 +36,11 @@ export function connectionConfig(name = 'test') {
       pool: { min: 0, max: 25 },
     }
   }
-  mkdirSync(new URL('../tmp/', import.meta.url), { recursive: true })
+  mkdirSync(SQLITE_FOLDER, { recursive: true })
   return {
     client: 'better-sqlite3' as const,
     connection: {
-      filename:
-        process.env.SVC_TEST_SQLITE ??
-        new URL(`../tmp/${name}-${process.pid}.sqlite`, import.meta.url).pathname,
+      filename: process.env.SVC_TEST_SQLITE ?? join(SQLITE_FOLDER, `${name}-${process.pid}.sqlite`),
     },
     useNullAsDefault: true,
   }
