@@ -386,7 +386,8 @@ function clientChecks(c: ClientOverheadResult | { error: string }): Check[] {
 
 function memoryChecks(
   m: MemoryResult | { error: string },
-  baseline: MemoryResult | { error: string }
+  baseline: MemoryResult | { error: string },
+  bare: MemoryResult | { error: string }
 ): Check[] {
   if ('error' in m) {
     return [
@@ -425,6 +426,26 @@ function memoryChecks(
             : ''),
       db: 'sqlite-wal',
       value: 'error' in baseline ? null : round(baseline.rssDeltaMB, 1),
+      unit: 'MB',
+      target: '',
+      pass: null,
+    },
+    {
+      id: 'memory.bare_rss_delta',
+      measure:
+        'same RSS delta on the bare route, fresh app (the framework and V8 alone)' +
+        ('error' in bare ? `: failed, ${bare.error}` : ''),
+      db: 'sqlite-wal',
+      value: 'error' in bare ? null : round(bare.rssDeltaMB, 1),
+      unit: 'MB',
+      target: '',
+      pass: null,
+    },
+    {
+      id: 'memory.plugin_minus_bare',
+      measure: 'what the plugin route adds over the bare route (RSS delta minus bare delta)',
+      db: 'sqlite-wal',
+      value: 'error' in bare ? null : round(m.rssDeltaMB - bare.rssDeltaMB, 1),
       unit: 'MB',
       target: '',
       pass: null,
@@ -553,11 +574,13 @@ async function main() {
   const memory = await memoryOf(ROUTES.plugin)
   log(`[${elapsed()}] memory: the same on the insert-only route, in a fresh app (baseline)`)
   const memoryInsert = await memoryOf(ROUTES.insert)
+  log(`[${elapsed()}] memory: the same on the bare route, in a fresh app (the framework alone)`)
+  const memoryBare = await memoryOf(ROUTES.bare)
 
   const checks = [
     ...CONFIGS.flatMap((c) => ingestChecks(c.key, dbs[c.key])),
     ...clientChecks(client),
-    ...memoryChecks(memory, memoryInsert),
+    ...memoryChecks(memory, memoryInsert, memoryBare),
   ]
 
   let history: Array<{ date: string; values: Record<string, number | null> }> = []
