@@ -7,6 +7,7 @@ import {
   KEY,
   onrampQuoteBody,
   recipientBody,
+  stableQuoteBody,
   subscriptionBody,
   METHOD,
   PAYOUT,
@@ -31,18 +32,7 @@ const coverage = {
   ],
   wallet: { tokens: ['USDC'], chains: [{ code: 'polygon', label: 'Polygon' }] },
 }
-const stableQuote = {
-  protocol: 'rt_abc',
-  fromCcy: 'USD',
-  toCcy: 'USDC',
-  fromAmount: 100,
-  toAmount: 99.5,
-  exchangeRate: 1,
-  effRate: 0.995,
-  fee: 0.5,
-  isCryptoQuote: true,
-  swapPath: 'USD>USDC',
-}
+const stableQuote = stableQuoteBody
 const onrampQuote = onrampQuoteBody
 
 /** Each row: call, scripted answer, expected request, check of the parsed result. */

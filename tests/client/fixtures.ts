@@ -108,3 +108,15 @@ export const onrampQuoteBody = {
   rate: 1,
   fee: 1,
 }
+export const stableQuoteBody = {
+  protocol: 'rt_abc',
+  fromCcy: 'USD',
+  toCcy: 'USDC',
+  fromAmount: 100,
+  toAmount: 99.5,
+  exchangeRate: 1,
+  effRate: 0.995,
+  fee: 0.5,
+  isCryptoQuote: true,
+  swapPath: 'USD>USDC',
+}

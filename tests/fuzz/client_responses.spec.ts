@@ -22,6 +22,7 @@ import {
   executeData,
   onrampQuoteBody,
   recipientBody,
+  stableQuoteBody,
   subscriptionBody,
   PAYOUT,
   QUOTE,
@@ -62,20 +63,7 @@ const CALLS: Array<{
     name: 'quotes.fiatToStablecoin',
     call: (c) =>
       c.quotes.fiatToStablecoin({ fromCurrency: 'USD', toCurrency: 'USDC', amount: 100 }),
-    ok: [
-      {
-        protocol: 'rt_abc',
-        fromCcy: 'USD',
-        toCcy: 'USDC',
-        fromAmount: 100,
-        toAmount: 99.5,
-        exchangeRate: 1,
-        effRate: 0.995,
-        fee: 0.5,
-        isCryptoQuote: true,
-        swapPath: 'USD>USDC',
-      },
-    ],
+    ok: [stableQuoteBody],
     valid: (r) => Array.isArray(r) && r.every((q) => q.protocol.startsWith('rt_')),
   },
   {
