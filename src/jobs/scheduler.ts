@@ -62,7 +62,8 @@ export class JobScheduler {
           this.options.logger.error({ err: error, job: job.name }, 'payouts job lock not extended')
         })
       },
-      Math.max(1, Math.floor(ttl / 2))
+      // A third of the TTL: two extensions may be late before the lock lapses.
+      Math.max(1, Math.floor(ttl / 3))
     )
     keeper.unref()
     const run = job.run()
