@@ -74,7 +74,7 @@ export interface LedgerHooks {
    * (the service's payout.created can arrive before the execute response): the owner's
    * listeners have not heard of the payout yet.
    */
-  onOwnerAttached?: (payout: Payout) => void | Promise<void>
+  onOwnerAttached?: (change: PayoutChange) => void | Promise<void>
 }
 
 const DECIMAL_FIELDS = new Set([
@@ -239,7 +239,10 @@ export class PayoutLedger {
    */
   async notify(change: PayoutChange | null, result?: ApplyResult) {
     if (!change) {
-      if (result?.ownerAttached) await this.hooks.onOwnerAttached?.(result.payout)
+      if (result?.ownerAttached && this.hooks.onOwnerAttached) {
+        const latest = await this.#latestChange(result.payout)
+        if (latest) await this.hooks.onOwnerAttached(latest)
+      }
       return
     }
     this.#notifying.add(change.eventId)
@@ -283,6 +286,26 @@ export class PayoutLedger {
       notified++
     }
     return notified
+  }
+
+  /** The payout's last applied change, as the position it holds now. */
+  async #latestChange(payout: Payout): Promise<PayoutChange | null> {
+    const client = this.db.connection(this.connection)
+    const last = await PayoutEvent.query({ client })
+      .where('payout_uuid', payout.payoutUuid)
+      .where('applied', true)
+      .orderBy('id', 'desc')
+      .first()
+    if (!last) return null
+    return {
+      payout,
+      previous: null,
+      current: { status: payout.status, step: payout.step },
+      source: last.source as ObservationSource,
+      created: false,
+      eventId: last.id,
+      observedAt: last.observedAt,
+    }
   }
 
   /** The change a payout_events row applied, replayed from the payout's log up to it. */

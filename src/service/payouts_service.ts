@@ -132,32 +132,12 @@ export class PayoutsService {
     const { tablePrefix, connection } = this.config.ledger
     configureModels(tablePrefix, connection)
     const db = await this.#deps.database!()
-    const { default: PayoutEvent } = await import('../models/payout_event.ts')
     const ledger = new PayoutLedger(
       db,
       {
         onChange: (change) => this.#onChange(change, toChangedEvent),
         // The owner's listeners missed the payout's changes so far: its current position.
-        onOwnerAttached: async (payout) => {
-          if (!this.#transmit) return
-          const last = await PayoutEvent.query({ connection })
-            .where('payout_uuid', payout.payoutUuid)
-            .where('applied', true)
-            .orderBy('id', 'desc')
-            .first()
-          if (!last) return
-          const current = { status: payout.status, step: payout.step }
-          const event = toChangedEvent({
-            payout,
-            previous: null,
-            current,
-            source: last.source as PayoutChange['source'],
-            created: false,
-            eventId: last.id,
-            observedAt: last.observedAt,
-          })
-          this.#broadcast(event, { ownerOnly: true })
-        },
+        onOwnerAttached: (change) => this.#broadcast(toChangedEvent(change), { ownerOnly: true }),
       },
       connection
     )
