@@ -128,13 +128,14 @@ test.group(`Transmit | payout channels (${TEST_DB})`, (group) => {
     // The webhook first: nobody knows the owner yet, so only the payout channel hears it.
     await ledger.apply({ payoutId, status: 'pending', step: 'initiated', source: 'webhook' })
     // Then the execute response: no new position, but now the owner is known.
-    const stored = await ledger.apply({
+    const executeResponse = {
       payoutId,
       status: 'pending',
       step: 'initiated',
-      source: 'execute',
+      source: 'execute' as const,
       fields: { ownerId: 'tenant-a' },
-    })
+    }
+    const stored = await ledger.apply(executeResponse)
     assert.isFalse(stored.changed)
     assert.isTrue(stored.ownerAttached)
     const started = Date.now()
@@ -143,13 +144,7 @@ test.group(`Transmit | payout channels (${TEST_DB})`, (group) => {
     assert.lengthOf(received, 1)
     assert.deepInclude(received[0], { payoutId, ownerId: 'tenant-a', status: 'pending' })
     // A later duplicate attaches nothing and announces nothing.
-    const again = await ledger.apply({
-      payoutId,
-      status: 'pending',
-      step: 'initiated',
-      source: 'execute',
-      fields: { ownerId: 'tenant-a' },
-    })
+    const again = await ledger.apply(executeResponse)
     assert.isFalse(again.ownerAttached)
     await new Promise((r) => setTimeout(r, 200))
     assert.lengthOf(received, 1)
