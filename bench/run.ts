@@ -17,12 +17,17 @@ import { round } from './stats.ts'
  */
 
 const QUICK = process.env.BENCH_QUICK === '1'
+// BENCH_ONLY=ingest,client,memory and BENCH_DBS=sqlite,sqlite-wal,pg run a part (development).
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'ingest,client,memory').split(','))
+const DBS = process.env.BENCH_DBS ? new Set(process.env.BENCH_DBS.split(',')) : null
+const PARTIAL = process.env.BENCH_ONLY !== undefined || DBS !== null
 const HARD_CAP_MS = 10 * 60_000
 const TMP = new URL('./tmp/', import.meta.url)
-// Quick runs (development) never touch the committed figures.
-const RESULTS = QUICK
-  ? new URL('./tmp/results-quick.json', import.meta.url)
-  : new URL('./results.json', import.meta.url)
+// Quick and partial runs (development) never touch the committed figures.
+const RESULTS =
+  QUICK || PARTIAL
+    ? new URL('./tmp/results-quick.json', import.meta.url)
+    : new URL('./results.json', import.meta.url)
 const APP_SERVER = new URL('./app_server.ts', import.meta.url)
 const EMULATOR_SERVER = new URL('./emulator_server.ts', import.meta.url)
 
@@ -37,7 +42,7 @@ const INGEST: IngestSettings = {
   drainMs: QUICK ? 1000 : 3000,
 }
 const FANOUT = { deliveries: QUICK ? 60 : 300, warmup: 20, perMessageTimeoutMs: 2000 }
-const CLIENT = { calls: 1000, warmup: 200 }
+const CLIENT = { calls: 1000, warmup: 200, rounds: QUICK ? 3 : 5 }
 const MEMORY = {
   marks: QUICK ? [1000, 5000, 10_000] : [1000, 10_000, 50_000, 100_000],
   concurrency: 16,
@@ -356,7 +361,7 @@ function clientChecks(c: ClientOverheadResult | { error: string }): Check[] {
     },
     {
       id: 'client.ratio',
-      measure: 'client / raw, ratio of the means (1,000 calls each)',
+      measure: `client / raw, ratio of the means, median of rounds of ${c.calls} calls per arm: ${c.perRoundRatio.map((x) => x.toFixed(3)).join(' ')}`,
       db: 'emulator',
       value: round(c.ratio, 4),
       unit: 'x',
@@ -365,7 +370,7 @@ function clientChecks(c: ClientOverheadResult | { error: string }): Check[] {
     },
     {
       id: 'client.median_ratio',
-      measure: 'client / raw, ratio of the medians (robust to machine noise)',
+      measure: `client / raw, ratio of the medians, median of rounds: ${c.perRoundMedianRatio.map((x) => x.toFixed(3)).join(' ')}`,
       db: 'emulator',
       value: round(c.medianRatio, 4),
       unit: 'x',
@@ -529,7 +534,8 @@ async function main() {
   log('Every request goes to 127.0.0.1; the app runs in a child process, the load here.')
 
   const dbs: Record<string, DbResults> = {}
-  for (const config of CONFIGS) {
+  const configs = ONLY.has('ingest') ? CONFIGS.filter((c) => !DBS || DBS.has(c.key)) : []
+  for (const config of configs) {
     log(`[${elapsed()}] ${config.key}: ${config.label}`)
     if (config.db === 'pg') {
       const reason = await pgAvailable()
@@ -547,21 +553,26 @@ async function main() {
     }
   }
 
-  log(`[${elapsed()}] client overhead: ${CLIENT.calls} getPayout calls per arm, interleaved`)
-  let client: ClientOverheadResult | { error: string }
-  const emulator = await startChild<{ baseUrl: string; apiKey: string; paymentMethodId: string }>(
-    EMULATOR_SERVER
-  )
-  try {
-    client = await measureClientOverhead({ emulator, ...CLIENT })
-  } catch (error) {
-    client = { error: (error as Error).message }
-  } finally {
-    await emulator.stop()
+  let client: ClientOverheadResult | { error: string } | undefined
+  if (ONLY.has('client')) {
+    log(
+      `[${elapsed()}] client overhead: ${CLIENT.rounds} rounds of ${CLIENT.calls} getPayout calls per arm, interleaved`
+    )
+    const emulator = await startChild<{
+      baseUrl: string
+      apiKey: string
+      paymentMethodId: string
+    }>(EMULATOR_SERVER)
+    try {
+      client = await measureClientOverhead({ emulator, ...CLIENT })
+    } catch (error) {
+      client = { error: (error as Error).message }
+    } finally {
+      await emulator.stop()
+    }
   }
 
   const memoryConfig = CONFIGS[1]
-  log(`[${elapsed()}] memory: ${MEMORY.marks.at(-1)} deliveries, ${memoryConfig.label}`)
   const memoryOf = async (path: string): Promise<MemoryResult | { error: string }> => {
     try {
       return await withApp(memoryConfig, (child) => measureMemory({ child, path, ...MEMORY }), [
@@ -571,16 +582,22 @@ async function main() {
       return { error: (error as Error).message }
     }
   }
-  const memory = await memoryOf(ROUTES.plugin)
-  log(`[${elapsed()}] memory: the same on the insert-only route, in a fresh app (baseline)`)
-  const memoryInsert = await memoryOf(ROUTES.insert)
-  log(`[${elapsed()}] memory: the same on the bare route, in a fresh app (the framework alone)`)
-  const memoryBare = await memoryOf(ROUTES.bare)
+  let memory: MemoryResult | { error: string } | undefined
+  let memoryInsert: MemoryResult | { error: string } | undefined
+  let memoryBare: MemoryResult | { error: string } | undefined
+  if (ONLY.has('memory')) {
+    log(`[${elapsed()}] memory: ${MEMORY.marks.at(-1)} deliveries, ${memoryConfig.label}`)
+    memory = await memoryOf(ROUTES.plugin)
+    log(`[${elapsed()}] memory: the same on the insert-only route, in a fresh app (baseline)`)
+    memoryInsert = await memoryOf(ROUTES.insert)
+    log(`[${elapsed()}] memory: the same on the bare route, in a fresh app (the framework alone)`)
+    memoryBare = await memoryOf(ROUTES.bare)
+  }
 
   const checks = [
-    ...CONFIGS.flatMap((c) => ingestChecks(c.key, dbs[c.key])),
-    ...clientChecks(client),
-    ...memoryChecks(memory, memoryInsert, memoryBare),
+    ...configs.flatMap((c) => ingestChecks(c.key, dbs[c.key])),
+    ...(client ? clientChecks(client) : []),
+    ...(memory && memoryInsert && memoryBare ? memoryChecks(memory, memoryInsert, memoryBare) : []),
   ]
 
   let history: Array<{ date: string; values: Record<string, number | null> }> = []

@@ -1,5 +1,6 @@
 import { test } from '@japa/runner'
-import { RateLimiter } from '../../src/client/main.ts'
+import { PayoutsTimeoutError, RateLimiter } from '../../src/client/main.ts'
+import { COARSE_TIMER_MIN_MS } from '../../src/client/transport.ts'
 import { startScriptedServer, type Reply } from '../helpers/scripted_server.ts'
 import { executeBodies, executeData, testClient } from './fixtures.ts'
 
@@ -232,6 +233,33 @@ test.group('Client | retry classification', () => {
       .catch((e) => e)
     assert.equal(error.code, 'ABORTED')
     assert.lengthOf(server.requests, 1)
+  })
+
+  test("long timeouts run on undici's timers: silent headers and a stalled body both time out", async ({
+    assert,
+    cleanup,
+  }) => {
+    const silent = await startScriptedServer(['hang'])
+    const stalled = await startScriptedServer(['stall-body'])
+    const options = { timeoutMs: COARSE_TIMER_MIN_MS, retry: { maxRetries: 0 } }
+    const a = testClient(silent.baseUrl, options).client
+    const b = testClient(stalled.baseUrl, options).client
+    cleanup(async () => {
+      await Promise.all([a.close(), b.close(), silent.close(), stalled.close()])
+    })
+    const started = Date.now()
+    const [headers, body] = await Promise.all([
+      a.getPayout('po_1').catch((e) => e),
+      b.getPayout('po_1').catch((e) => e),
+    ])
+    for (const error of [headers, body]) {
+      assert.instanceOf(error, PayoutsTimeoutError)
+      assert.isTrue(error.outcomeUnknown)
+    }
+    // Coarse timers may fire late, never much early.
+    assert.isAtLeast(Date.now() - started, COARSE_TIMER_MIN_MS - 1000)
+    assert.lengthOf(silent.requests, 1)
+    assert.lengthOf(stalled.requests, 1)
   })
 })
 

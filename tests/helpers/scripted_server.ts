@@ -13,6 +13,7 @@ export type Reply =
   | { status: number; body?: unknown; raw?: string; headers?: Record<string, string> }
   | 'reset'
   | 'hang'
+  | 'stall-body'
 
 /**
  * A real HTTP server on 127.0.0.1 whose answers each test scripts: a queue of replies
@@ -64,6 +65,12 @@ function send(res: ServerResponse, reply: Reply) {
     return
   }
   if (reply === 'hang') return
+  if (reply === 'stall-body') {
+    // Headers and the first bytes of a body that never ends.
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' })
+    res.write('{"payoutId":')
+    return
+  }
   const payload = reply.raw ?? (reply.body === undefined ? '' : JSON.stringify(reply.body))
   res.writeHead(reply.status, {
     'content-type': 'application/json',
