@@ -7,6 +7,7 @@ import type { NextFn } from '@adonisjs/core/types/http'
 import { defineConfig as defineDbConfig } from '@adonisjs/lucid'
 import { createPayoutsTables, dropPayoutsTables, tableNames } from '../src/database/schema.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
+import { dbDate } from '../src/database/dates.ts'
 import { readRawBody } from '../src/webhooks/raw_body.ts'
 import { createSkippingBodyParser } from '../src/webhooks/skipping_bodyparser.ts'
 import { BENCH_SECRET } from './deliveries.ts'
@@ -75,7 +76,8 @@ function connectionFor(db: BenchDb, sqliteFile: string, journal: SqliteJournal) 
  * Transmit, the payouts provider, the stock bodyparser as router middleware), with three
  * POST routes: the plugin's webhook route (registerRoutes), a bare route that reads the
  * raw body and answers 200, and an insert-only route that reads the raw body and inserts
- * the same inbox row through the plugin's InboxStore, without verifying. The bare and
+ * the same inbox row, one statement per request as a route would on its own, without
+ * verifying (the plugin's InboxStore commits deliveries that arrive together in one go). The bare and
  * insert-only routes skip the bodyparser like the plugin's route does.
  */
 export async function startBenchApp(options: {
@@ -154,14 +156,21 @@ export async function startBenchApp(options: {
   })
   router.post(ROUTES.insert, async ({ request, response }) => {
     const raw = await readRawBody(request.request, MAX_BODY_BYTES)
-    const { inbox } = await service.parts()
-    await inbox.insert({
-      deliveryId: request.header('svc-delivery-id') ?? '',
-      eventType: (request.header('svc-event-type') ?? 'unknown').slice(0, 100),
-      rawBody: raw,
-      signatureHeader: request.header('svc-signature') ?? null,
-      source: 'webhook',
-    })
+    // The insert a route would do on its own: one row, one statement, one commit.
+    const client = db.connection()
+    await client
+      .insertQuery()
+      .table(inboxTable)
+      .insert({
+        delivery_id: request.header('svc-delivery-id') ?? '',
+        event_type: (request.header('svc-event-type') ?? 'unknown').slice(0, 100),
+        raw_body: raw.toString('base64'),
+        signature_header: request.header('svc-signature') ?? null,
+        source: 'webhook',
+        state: 'pending',
+        attempts: 0,
+        received_at: dbDate(client),
+      })
     return response.status(200).send({ received: true })
   })
 

@@ -21,6 +21,18 @@ export interface InboxRow {
   attempts: number
 }
 
+interface PendingInsert {
+  input: InboxDeliveryInput
+  resolve: (outcome: 'stored' | 'duplicate') => void
+  reject: (error: unknown) => void
+}
+
+/** Rows per statement: far below every dialect's bound-parameter limit (8 per row). */
+const MAX_BATCH = 200
+
+/** Lucid dialects whose SQL has INSERT ... ON CONFLICT DO NOTHING ... RETURNING. */
+const RETURNING_DIALECTS = new Set(['postgres', 'redshift', 'better-sqlite3', 'sqlite3', 'libsql'])
+
 /** Unique-violation codes of SQLite, PostgreSQL and MySQL/MariaDB. */
 function isUniqueViolation(error: unknown): boolean {
   const code = (error as { code?: string }).code
@@ -34,7 +46,7 @@ function isUniqueViolation(error: unknown): boolean {
 
 /**
  * The durable inbox (`<prefix>webhook_deliveries`). Insert is the only work on the
- * webhook hot path; claiming uses a lease (`next_attempt_at`) so a row held by a process
+ * webhook hot path, committed in groups; claiming uses a lease (`next_attempt_at`) so a row held by a process
  * that died is picked up again, and a conditional update so two instances never both
  * claim it.
  */
@@ -42,34 +54,102 @@ export class InboxStore {
   constructor(
     private db: Database,
     private table: string,
-    private connection?: string
+    private connection?: string,
+    /** Forces row-by-row inserts (what MySQL gets), for tests on other dialects. */
+    private options: { rowByRow?: boolean } = {}
   ) {}
 
   #client(): QueryClientContract {
     return this.db.connection(this.connection)
   }
 
-  /** Persists a delivery; a Svc-Delivery-Id seen before is reported as a duplicate. */
-  async insert(input: InboxDeliveryInput): Promise<'stored' | 'duplicate'> {
+  /**
+   * Persists a delivery; a Svc-Delivery-Id seen before is reported as a duplicate. It
+   * resolves only once the row is committed. Deliveries arriving together share one
+   * statement and one commit (group commit): at 500/s a commit per delivery queues behind
+   * the disk's fsync, a commit per batch does not.
+   */
+  insert(input: InboxDeliveryInput): Promise<'stored' | 'duplicate'> {
+    return new Promise((resolve, reject) => {
+      this.#waiting.push({ input, resolve, reject })
+      if (!this.#flushing) {
+        this.#flushing = true
+        // After this turn's I/O callbacks, so every delivery read in this turn joins.
+        setImmediate(() => void this.#flush())
+      }
+    })
+  }
+
+  #waiting: PendingInsert[] = []
+  #flushing = false
+
+  async #flush() {
+    while (this.#waiting.length > 0) {
+      const batch = this.#waiting.splice(0, MAX_BATCH)
+      try {
+        const outcomes = await this.#insertBatch(batch.map((entry) => entry.input))
+        batch.forEach((entry, index) => entry.resolve(outcomes[index]))
+      } catch (error) {
+        for (const entry of batch) entry.reject(error)
+      }
+    }
+    this.#flushing = false
+  }
+
+  /** One multi-row insert; rows whose delivery id exists already are skipped, not failed. */
+  async #insertBatch(inputs: InboxDeliveryInput[]): Promise<Array<'stored' | 'duplicate'>> {
     const client = this.#client()
+    if (this.options.rowByRow || !RETURNING_DIALECTS.has(client.dialect.name)) {
+      // No INSERT ... ON CONFLICT ... RETURNING (MySQL, MariaDB): one row at a time.
+      const outcomes: Array<'stored' | 'duplicate'> = []
+      for (const input of inputs) outcomes.push(await this.#insertOne(client, input))
+      return outcomes
+    }
+    // The same id twice in one batch: the first is the delivery, the rest duplicates.
+    const firstIndex = new Map<string, number>()
+    inputs.forEach((input, index) => {
+      if (!firstIndex.has(input.deliveryId)) firstIndex.set(input.deliveryId, index)
+    })
+    const receivedAt = dbDate(client)
+    const rows = [...firstIndex.values()].map((index) => this.#row(inputs[index], receivedAt))
+    const inserted: Array<{ delivery_id: string }> = await client
+      .knexQuery()
+      .table(this.table)
+      .insert(rows)
+      .onConflict('delivery_id')
+      .ignore()
+      .returning('delivery_id')
+    const stored = new Set(inserted.map((row) => row.delivery_id))
+    return inputs.map((input, index) =>
+      firstIndex.get(input.deliveryId) === index && stored.has(input.deliveryId)
+        ? 'stored'
+        : 'duplicate'
+    )
+  }
+
+  async #insertOne(client: QueryClientContract, input: InboxDeliveryInput) {
     try {
       await client
         .insertQuery()
         .table(this.table)
-        .insert({
-          delivery_id: input.deliveryId,
-          event_type: input.eventType,
-          raw_body: input.rawBody.toString('base64'),
-          signature_header: input.signatureHeader,
-          source: input.source,
-          state: 'pending',
-          attempts: 0,
-          received_at: dbDate(client),
-        })
-      return 'stored'
+        .insert(this.#row(input, dbDate(client)))
+      return 'stored' as const
     } catch (error) {
-      if (isUniqueViolation(error)) return 'duplicate'
+      if (isUniqueViolation(error)) return 'duplicate' as const
       throw error
+    }
+  }
+
+  #row(input: InboxDeliveryInput, receivedAt: unknown) {
+    return {
+      delivery_id: input.deliveryId,
+      event_type: input.eventType,
+      raw_body: input.rawBody.toString('base64'),
+      signature_header: input.signatureHeader,
+      source: input.source,
+      state: 'pending',
+      attempts: 0,
+      received_at: receivedAt,
     }
   }
 

@@ -111,3 +111,106 @@ test.group(`Webhooks | inbox (${TEST_DB})`, () => {
     assert.lengthOf(new Set(seen), 30)
   })
 })
+
+test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
+  const delivery = (deliveryId: string) => ({
+    deliveryId,
+    eventType: 'payout.created',
+    rawBody: Buffer.from(
+      JSON.stringify({ type: 'payout.created', data: { payoutId: deliveryId } })
+    ),
+    signatureHeader: 't=1,v1=x',
+    source: 'webhook' as const,
+  })
+
+  /** Counts the INSERT statements the database receives. */
+  function countInserts(db: Awaited<ReturnType<typeof setupDatabase>>['db'], table: string) {
+    const seen = { inserts: 0 }
+    db.connection()
+      .getWriteClient()
+      .on('query', (query: { sql: string }) => {
+        if (/^insert/i.test(query.sql) && query.sql.includes(table)) seen.inserts++
+      })
+    return seen
+  }
+
+  for (const rowByRow of [false, true]) {
+    const mode = rowByRow ? 'row by row (as on MySQL)' : 'in one statement'
+    test(`deliveries arriving together are stored ${mode}, each told its own outcome`, async ({
+      assert,
+      cleanup,
+    }) => {
+      const { db, prefix } = await setupDatabase(cleanup, 'inbox')
+      const table = tableNames(prefix).webhookDeliveries
+      const store = new InboxStore(db, table, undefined, { rowByRow })
+      assert.equal(await store.insert(delivery('seen-before')), 'stored')
+      const seen = countInserts(db, table)
+
+      // 40 new ids, one id sent three times in the same burst, one already stored.
+      const ids = [
+        ...Array.from({ length: 40 }, (_, i) => `d${i}`),
+        'twice',
+        'twice',
+        'twice',
+        'seen-before',
+      ]
+      const outcomes = await Promise.all(ids.map((id) => store.insert(delivery(id))))
+
+      assert.deepEqual(outcomes.slice(0, 40), Array(40).fill('stored'))
+      assert.deepEqual(outcomes.slice(40), ['stored', 'duplicate', 'duplicate', 'duplicate'])
+      const rows = await db.from(table).select('delivery_id', 'raw_body', 'state')
+      assert.lengthOf(rows, 42)
+      const twice = rows.find((row) => row.delivery_id === 'twice')
+      assert.equal(
+        Buffer.from(twice.raw_body, 'base64').toString(),
+        delivery('twice').rawBody.toString()
+      )
+      assert.isTrue(rows.every((row) => row.state === 'pending'))
+      if (rowByRow) assert.equal(seen.inserts, 44, 'one INSERT per delivery')
+      else assert.equal(seen.inserts, 1, 'one INSERT for the whole burst')
+    })
+  }
+
+  test('a burst larger than a batch is split into statements of 200', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
+    const table = tableNames(prefix).webhookDeliveries
+    const store = new InboxStore(db, table)
+    const seen = countInserts(db, table)
+    const outcomes = await Promise.all(
+      Array.from({ length: 450 }, (_, i) => store.insert(delivery(`burst-${i}`)))
+    )
+    assert.isTrue(outcomes.every((outcome) => outcome === 'stored'))
+    assert.equal(seen.inserts, 3, '200 + 200 + 50')
+    const [{ total }] = await db.from(table).count('* as total')
+    assert.equal(Number(total), 450)
+  })
+
+  test('when the statement fails, every delivery in it is rejected and none is half-stored', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
+    const table = tableNames(prefix).webhookDeliveries
+    const store = new InboxStore(db, table)
+    // One row the database refuses (NOT NULL) sinks the statement it shares with two others.
+    const results = await Promise.allSettled([
+      store.insert(delivery('a')),
+      store.insert({ ...delivery('b'), eventType: null as unknown as string }),
+      store.insert(delivery('c')),
+    ])
+    assert.deepEqual(
+      results.map((result) => result.status),
+      ['rejected', 'rejected', 'rejected']
+    )
+    const [{ total }] = await db.from(table).count('* as total')
+    assert.equal(Number(total), 0)
+    // Each is answered 503 and delivered again; the next burst is unaffected.
+    assert.deepEqual(await Promise.all(['a', 'c'].map((id) => store.insert(delivery(id)))), [
+      'stored',
+      'stored',
+    ])
+  })
+})
