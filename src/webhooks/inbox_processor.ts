@@ -74,14 +74,23 @@ export class InboxProcessor {
         this.#options.leaseMs
       )
       if (rows.length === 0) return handled
-      for (const row of rows) {
-        await this.#process(row)
-        handled++
+      // Rows applied without a note are marked together after the batch: one commit, not
+      // one per row. A crash before it leaves them to be applied again when their lease
+      // expires, which the ledger ignores (it has seen those observations).
+      const done: number[] = []
+      try {
+        for (const row of rows) {
+          if (await this.#process(row)) done.push(row.id)
+          handled++
+        }
+      } finally {
+        await this.#options.store.markProcessed(done)
       }
     }
   }
 
-  async #process(row: InboxRow) {
+  /** True when the row was applied and only needs marking. */
+  async #process(row: InboxRow): Promise<boolean> {
     const { store, logger } = this.#options
     let envelope: EventEnvelope
     try {
@@ -90,11 +99,13 @@ export class InboxProcessor {
       // Authentic (it was verified) but unusable: keep it, never retry it.
       logger.warn({ deliveryId: row.deliveryId }, 'payouts inbox: unparsable event kept')
       await store.markFailed(row.id, 'unparsable event body', null)
-      return
+      return false
     }
     try {
       const note = await this.#options.handler(envelope, row)
-      await store.markProcessed(row.id, note ?? null)
+      if (!note) return true
+      await store.markProcessed([row.id], note)
+      return false
     } catch (error) {
       const message = (error as Error).message ?? String(error)
       const retryAt =
@@ -108,6 +119,7 @@ export class InboxProcessor {
         'payouts inbox: event processing failed'
       )
       await store.markFailed(row.id, message, retryAt)
+      return false
     }
   }
 }

@@ -21,6 +21,17 @@ export interface InboxRow {
   attempts: number
 }
 
+function toInboxRow(row: any): InboxRow {
+  return {
+    id: Number(row.id),
+    deliveryId: row.delivery_id,
+    eventType: row.event_type,
+    rawBody: Buffer.from(row.raw_body, 'base64'),
+    source: row.source,
+    attempts: Number(row.attempts),
+  }
+}
+
 interface PendingInsert {
   input: InboxDeliveryInput
   resolve: (outcome: 'stored' | 'duplicate') => void
@@ -55,7 +66,7 @@ export class InboxStore {
     private db: Database,
     private table: string,
     private connection?: string,
-    /** Forces row-by-row inserts (what MySQL gets), for tests on other dialects. */
+    /** Forces row-by-row inserts and claims (what MySQL gets), for tests on other dialects. */
     private options: { rowByRow?: boolean } = {}
   ) {}
 
@@ -156,24 +167,49 @@ export class InboxStore {
   /**
    * Claims up to `limit` rows that are due: new ones, failed ones whose backoff expired,
    * and ones whose processing lease expired (the process holding them died). The claim is
-   * a conditional update, so only one instance wins each row.
+   * a conditional update, so only one instance wins each row: one UPDATE ... RETURNING for
+   * the batch where the dialect has it, else one per row.
    */
   async claimDue(now: Date, limit: number, leaseMs: number): Promise<InboxRow[]> {
     const client = this.#client()
-    const candidates = await client
-      .from(this.table)
-      .select('id', 'state', 'attempts')
-      .where((query) => {
-        query.where('state', 'pending').orWhere((failed) => {
+    const due = (query: any) =>
+      query.where((q: any) => {
+        q.where('state', 'pending').orWhere((failed: any) => {
           failed
             .whereIn('state', ['failed', 'processing'])
             .where('next_attempt_at', '<=', dbDate(client, now))
         })
       })
+    const candidates: Array<{ id: number; state: string; attempts: number }> = await due(
+      client.from(this.table).select('id', 'state', 'attempts')
+    )
       .orderBy('id', 'asc')
       .limit(limit)
-    const claimed: InboxRow[] = []
+    if (candidates.length === 0) return []
     const lease = dbDate(client, new Date(now.getTime() + leaseMs))
+
+    if (!this.options.rowByRow && RETURNING_DIALECTS.has(client.dialect.name)) {
+      // One statement claims the batch. The due condition is checked again inside it, so a
+      // row another instance claimed in between (its lease now in the future) is skipped.
+      const claimedRows: any[] = await due(
+        client
+          .knexQuery()
+          .table(this.table)
+          .whereIn(
+            'id',
+            candidates.map((candidate) => candidate.id)
+          )
+      )
+        .update({
+          state: 'processing',
+          next_attempt_at: lease,
+          attempts: client.knexRawQuery('attempts + 1'),
+        })
+        .returning(['id', 'delivery_id', 'event_type', 'raw_body', 'source', 'attempts'])
+      return claimedRows.map(toInboxRow).sort((x, y) => x.id - y.id)
+    }
+
+    const claimed: InboxRow[] = []
     for (const candidate of candidates) {
       const updated = await client
         .from(this.table)
@@ -185,24 +221,21 @@ export class InboxStore {
       const row = await client.from(this.table).where('id', candidate.id).first()
       // Deleted between the claim and the read (pruning, an operator): nothing to process.
       if (!row) continue
-      claimed.push({
-        id: Number(row.id),
-        deliveryId: row.delivery_id,
-        eventType: row.event_type,
-        rawBody: Buffer.from(row.raw_body, 'base64'),
-        source: row.source,
-        attempts: Number(row.attempts),
-      })
+      claimed.push(toInboxRow(row))
     }
     return claimed
   }
 
-  /** Marks a row done; `note` records why an authentic but unusable delivery was skipped. */
-  async markProcessed(id: number, note: string | null = null) {
+  /**
+   * Marks rows done in one statement; `note` records why an authentic but unusable
+   * delivery was skipped.
+   */
+  async markProcessed(ids: number[], note: string | null = null) {
+    if (ids.length === 0) return
     const client = this.#client()
     await client
       .from(this.table)
-      .where('id', id)
+      .whereIn('id', ids)
       .update({
         state: 'processed',
         processed_at: dbDate(client),

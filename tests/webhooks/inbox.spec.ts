@@ -53,63 +53,71 @@ test.group(`Webhooks | inbox (${TEST_DB})`, () => {
     assert.equal(calls, 3)
   })
 
-  test('a row left processing by a dead process is taken over when its lease expires', async ({
-    assert,
-    cleanup,
-  }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
-    const store = new InboxStore(db, tableNames(prefix).webhookDeliveries)
-    await store.insert({
-      deliveryId: 'd2',
-      eventType: 'payout.created',
-      rawBody: event,
-      signatureHeader: null,
-      source: 'webhook',
-    })
-    const t0 = new Date('2026-01-01T00:00:00Z')
-    const claimed = await store.claimDue(t0, 10, 60_000)
-    assert.lengthOf(claimed, 1)
-    // The claimer "crashes": nothing marks the row. Another instance looks too early, then late.
-    assert.lengthOf(await store.claimDue(new Date(t0.getTime() + 30_000), 10, 60_000), 0)
-    const handled: string[] = []
-    const processor = new InboxProcessor({
-      store,
-      logger,
-      now: () => new Date(t0.getTime() + 61_000),
-      handler: async (envelope) => void handled.push(envelope.type),
-    })
-    assert.equal(await processor.drain(), 1)
-    assert.deepEqual(handled, ['payout.created'])
-    assert.equal((await WebhookDelivery.findByOrFail('deliveryId', 'd2')).state, 'processed')
-  })
-
-  test('two processors draining at once handle each row exactly once', async ({
-    assert,
-    cleanup,
-  }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
-    const store = new InboxStore(db, tableNames(prefix).webhookDeliveries)
-    for (let i = 0; i < 30; i++) {
+  for (const rowByRow of [false, true]) {
+    const mode = rowByRow ? 'row by row, as on MySQL' : 'in one UPDATE ... RETURNING'
+    test(`a row left processing by a dead process is taken over when its lease expires (claims ${mode})`, async ({
+      assert,
+      cleanup,
+    }) => {
+      const { db, prefix } = await setupDatabase(cleanup, 'inbox')
+      const store = new InboxStore(db, tableNames(prefix).webhookDeliveries, undefined, {
+        rowByRow,
+      })
       await store.insert({
-        deliveryId: `d${i}`,
+        deliveryId: 'd2',
         eventType: 'payout.created',
         rawBody: event,
         signatureHeader: null,
         source: 'webhook',
       })
-    }
-    const seen: number[] = []
-    const make = () =>
-      new InboxProcessor({
+      const t0 = new Date('2026-01-01T00:00:00Z')
+      const claimed = await store.claimDue(t0, 10, 60_000)
+      assert.lengthOf(claimed, 1)
+      // The claimer "crashes": nothing marks the row. Another instance looks too early, then late.
+      assert.lengthOf(await store.claimDue(new Date(t0.getTime() + 30_000), 10, 60_000), 0)
+      const handled: string[] = []
+      const processor = new InboxProcessor({
         store,
         logger,
-        batchSize: 7,
-        handler: async (_e, row) => void seen.push(row.id),
+        now: () => new Date(t0.getTime() + 61_000),
+        handler: async (envelope) => void handled.push(envelope.type),
       })
-    await Promise.all([make().drain(), make().drain()])
-    assert.lengthOf(seen, 30)
-    assert.lengthOf(new Set(seen), 30)
-  })
+      assert.equal(await processor.drain(), 1)
+      assert.deepEqual(handled, ['payout.created'])
+      assert.equal((await WebhookDelivery.findByOrFail('deliveryId', 'd2')).state, 'processed')
+    })
+
+    test(`two instances draining at once handle each row exactly once (claims ${mode})`, async ({
+      assert,
+      cleanup,
+    }) => {
+      const { db, prefix } = await setupDatabase(cleanup, 'inbox')
+      const table = tableNames(prefix).webhookDeliveries
+      const store = new InboxStore(db, table, undefined, { rowByRow })
+      for (let i = 0; i < 30; i++) {
+        await store.insert({
+          deliveryId: `d${i}`,
+          eventType: 'payout.created',
+          rawBody: event,
+          signatureHeader: null,
+          source: 'webhook',
+        })
+      }
+      const seen: number[] = []
+      const make = () =>
+        new InboxProcessor({
+          store: new InboxStore(db, table, undefined, { rowByRow }),
+          logger,
+          batchSize: 7,
+          handler: async (_e, row) => void seen.push(row.id),
+        })
+      await Promise.all([make().drain(), make().drain()])
+      assert.lengthOf(seen, 30)
+      assert.lengthOf(new Set(seen), 30)
+      const rows = await db.from(table).select('state', 'attempts')
+      assert.isTrue(rows.every((row) => row.state === 'processed' && Number(row.attempts) === 1))
+    })
+  }
 })
 
 test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
