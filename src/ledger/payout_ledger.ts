@@ -138,6 +138,56 @@ export class PayoutLedger {
   }
 
   /**
+   * Applies several observations in one transaction: one commit for a batch of inbox rows
+   * instead of one per row. Payouts are locked in id order (observations of one payout keep
+   * their order), so two instances applying batches never wait on each other in a cycle.
+   * If any observation fails, nothing is applied and this throws; the caller then applies
+   * them one by one, each with its own retries. Changes are notified after COMMIT.
+   */
+  async applyBatch(observations: PayoutObservation[]): Promise<ApplyResult[]> {
+    if (observations.length === 0) return []
+    if (observations.length === 1) return [await this.apply(observations[0])]
+    const order = observations
+      .map((_, index) => index)
+      .sort((a, b) => {
+        const x = observations[a].payoutId
+        const y = observations[b].payoutId
+        return x < y ? -1 : x > y ? 1 : a - b
+      })
+    const outcomes: Array<{ result: ApplyResult; change: PayoutChange | null }> = []
+    await this.db.connection(this.connection).transaction(async (trx) => {
+      for (const index of order) {
+        outcomes.push(await this.applyInTransaction(trx, observations[index]))
+      }
+    })
+    await this.#notifyAll(outcomes)
+    const results: ApplyResult[] = []
+    order.forEach((index, position) => (results[index] = outcomes[position].result))
+    return results
+  }
+
+  /** `notify` for a batch, in order, with one statement marking every notified change. */
+  async #notifyAll(outcomes: Array<{ result: ApplyResult; change: PayoutChange | null }>) {
+    const ids = outcomes.flatMap(({ change }) => (change ? [change.eventId] : []))
+    for (const id of ids) this.#notifying.add(id)
+    const notified: number[] = []
+    try {
+      for (const { change, result } of outcomes) {
+        if (!change) {
+          await this.notify(null, result)
+          continue
+        }
+        if (this.hooks.onChange) await this.hooks.onChange(change)
+        notified.push(change.eventId)
+      }
+    } finally {
+      // Not marked (database away): renotify fires them again later, with their eventId.
+      await this.#markNotified(notified).catch(() => {})
+      for (const id of ids) this.#notifying.delete(id)
+    }
+  }
+
+  /**
    * The same inside a caller's transaction (execute stores the intent and the payout in
    * one). The caller must call `notify(change)` after its COMMIT.
    */
@@ -249,7 +299,7 @@ export class PayoutLedger {
     try {
       if (this.hooks.onChange) await this.hooks.onChange(change)
       // Not marked (database away): renotify fires it again later, with the same eventId.
-      await this.#markNotified(change.eventId).catch(() => {})
+      await this.#markNotified([change.eventId]).catch(() => {})
     } finally {
       this.#notifying.delete(change.eventId)
     }
@@ -279,7 +329,7 @@ export class PayoutLedger {
       if (this.#notifying.has(row.id)) continue
       const change = row.applied ? await this.#rebuild(row) : null
       if (!change) {
-        await this.#markNotified(row.id)
+        await this.#markNotified([row.id])
         continue
       }
       await this.notify(change)
@@ -340,11 +390,12 @@ export class PayoutLedger {
     return null
   }
 
-  #markNotified(id: number) {
+  async #markNotified(ids: number[]) {
+    if (ids.length === 0) return
     const client = this.db.connection(this.connection)
-    return client
+    await client
       .from(PayoutEvent.table)
-      .where('id', id)
+      .whereIn('id', ids)
       .update({ notified_at: dbDate(client) })
   }
 

@@ -7,7 +7,7 @@ import type { ExecuteInput } from '../client/payouts_client.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import { E_PAYOUTS_FEATURE_DISABLED } from '../errors.ts'
 import type { PayoutExecutor } from '../ledger/payout_executor.ts'
-import type { PayoutChange, PayoutLedger } from '../ledger/payout_ledger.ts'
+import type { PayoutChange, PayoutLedger, PayoutObservation } from '../ledger/payout_ledger.ts'
 import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
 import type { Reconciler } from '../jobs/reconciler.ts'
 import type { EscrowFallback } from '../jobs/escrow_fallback.ts'
@@ -154,6 +154,26 @@ export class PayoutsService {
         )
         if ('skip' in mapped) return mapped.skip
         await ledger.apply(mapped.observation)
+      },
+      // A permanent error in one event throws here, and the batch goes row by row, where
+      // that event alone is dead-lettered.
+      batchHandler: async (items) => {
+        const notes: Array<string | void> = []
+        const observations: PayoutObservation[] = []
+        for (const { envelope, row } of items) {
+          const mapped = mapper.observationFromEvent(
+            envelope,
+            row.source as 'webhook',
+            row.deliveryId
+          )
+          if ('skip' in mapped) notes.push(mapped.skip)
+          else {
+            notes.push(undefined)
+            observations.push(mapped.observation)
+          }
+        }
+        await ledger.applyBatch(observations)
+        return notes
       },
     })
     const recipients = new RecipientsMirror(this.client, connection)

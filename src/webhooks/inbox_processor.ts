@@ -6,9 +6,18 @@ import { PermanentEventError } from './event_mapper.ts'
 /** Applies one stored event; throwing leaves the row to be retried. */
 export type InboxHandler = (envelope: EventEnvelope, row: InboxRow) => Promise<string | void>
 
+/**
+ * Applies a batch of stored events at once (one transaction), returning each row's note.
+ * Throwing means none was applied: the rows are then handed to `handler` one by one.
+ */
+export type InboxBatchHandler = (
+  items: Array<{ envelope: EventEnvelope; row: InboxRow }>
+) => Promise<Array<string | void>>
+
 export interface InboxProcessorOptions {
   store: Pick<InboxStore, 'claimDue' | 'markProcessed' | 'markFailed'>
   handler: InboxHandler
+  batchHandler?: InboxBatchHandler
   logger: Logger
   /** Attempts before a row is dead-lettered. */
   maxAttempts?: number
@@ -28,7 +37,8 @@ export interface InboxProcessorOptions {
 export class InboxProcessor {
   #running?: Promise<number>
   #again = false
-  #options: Required<Omit<InboxProcessorOptions, 'now'>> & { now: () => Date }
+  #options: Required<Omit<InboxProcessorOptions, 'now' | 'batchHandler'>> &
+    Pick<InboxProcessorOptions, 'batchHandler'> & { now: () => Date }
 
   constructor(options: InboxProcessorOptions) {
     this.#options = {
@@ -74,14 +84,21 @@ export class InboxProcessor {
         this.#options.leaseMs
       )
       if (rows.length === 0) return handled
+      handled += rows.length
+      const parsed: Array<{ envelope: EventEnvelope; row: InboxRow }> = []
+      for (const row of rows) {
+        const envelope = await this.#parse(row)
+        if (envelope) parsed.push({ envelope, row })
+      }
       // Rows applied without a note are marked together after the batch: one commit, not
       // one per row. A crash before it leaves them to be applied again when their lease
       // expires, which the ledger ignores (it has seen those observations).
       const done: number[] = []
       try {
-        for (const row of rows) {
-          if (await this.#process(row)) done.push(row.id)
-          handled++
+        if (!(await this.#applyBatch(parsed, done))) {
+          for (const { envelope, row } of parsed) {
+            if (await this.#process(envelope, row)) done.push(row.id)
+          }
         }
       } finally {
         await this.#options.store.markProcessed(done)
@@ -89,18 +106,46 @@ export class InboxProcessor {
     }
   }
 
-  /** True when the row was applied and only needs marking. */
-  async #process(row: InboxRow): Promise<boolean> {
-    const { store, logger } = this.#options
-    let envelope: EventEnvelope
+  /** The batch in one go when a batch handler is set; false when it must go row by row. */
+  async #applyBatch(
+    items: Array<{ envelope: EventEnvelope; row: InboxRow }>,
+    done: number[]
+  ): Promise<boolean> {
+    const { batchHandler, store, logger } = this.#options
+    if (!batchHandler || items.length < 2) return false
+    let notes: Array<string | void>
     try {
-      envelope = eventEnvelopeSchema.parse(JSON.parse(row.rawBody.toString('utf8')))
-    } catch {
-      // Authentic (it was verified) but unusable: keep it, never retry it.
-      logger.warn({ deliveryId: row.deliveryId }, 'payouts inbox: unparsable event kept')
-      await store.markFailed(row.id, 'unparsable event body', null)
+      notes = await batchHandler(items)
+    } catch (error) {
+      logger.debug({ err: (error as Error).message }, 'payouts inbox: batch applied row by row')
       return false
     }
+    for (const [index, { row }] of items.entries()) {
+      const note = notes[index]
+      if (note) await store.markProcessed([row.id], note)
+      else done.push(row.id)
+    }
+    return true
+  }
+
+  /** The row's envelope, or null when it is unusable (then kept as a dead letter). */
+  async #parse(row: InboxRow): Promise<EventEnvelope | null> {
+    try {
+      return eventEnvelopeSchema.parse(JSON.parse(row.rawBody.toString('utf8')))
+    } catch {
+      // Authentic (it was verified) but unusable: keep it, never retry it.
+      this.#options.logger.warn(
+        { deliveryId: row.deliveryId },
+        'payouts inbox: unparsable event kept'
+      )
+      await this.#options.store.markFailed(row.id, 'unparsable event body', null)
+      return null
+    }
+  }
+
+  /** True when the row was applied and only needs marking. */
+  async #process(envelope: EventEnvelope, row: InboxRow): Promise<boolean> {
+    const { store, logger } = this.#options
     try {
       const note = await this.#options.handler(envelope, row)
       if (!note) return true

@@ -4,9 +4,19 @@ import { tableNames } from '../../src/database/schema.ts'
 import { WebhookDelivery } from '../../src/models/main.ts'
 import { InboxProcessor } from '../../src/webhooks/inbox_processor.ts'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
+import { PermanentEventError } from '../../src/webhooks/event_mapper.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 
 const logger = new Logger({ enabled: false })
+/** A signed-looking delivery of a payout.created event (the store does not verify). */
+const delivery = (deliveryId: string, data: object = { payoutId: deliveryId }) => ({
+  deliveryId,
+  eventType: 'payout.created',
+  rawBody: Buffer.from(JSON.stringify({ type: 'payout.created', data })),
+  signatureHeader: 't=1,v1=x',
+  source: 'webhook' as const,
+})
+
 const event = Buffer.from(JSON.stringify({ type: 'payout.created', data: { payoutId: 'p1' } }))
 
 test.group(`Webhooks | inbox (${TEST_DB})`, () => {
@@ -121,16 +131,6 @@ test.group(`Webhooks | inbox (${TEST_DB})`, () => {
 })
 
 test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
-  const delivery = (deliveryId: string) => ({
-    deliveryId,
-    eventType: 'payout.created',
-    rawBody: Buffer.from(
-      JSON.stringify({ type: 'payout.created', data: { payoutId: deliveryId } })
-    ),
-    signatureHeader: 't=1,v1=x',
-    source: 'webhook' as const,
-  })
-
   /** Counts the INSERT statements the database receives. */
   function countInserts(db: Awaited<ReturnType<typeof setupDatabase>>['db'], table: string) {
     const seen = { inserts: 0 }
@@ -220,5 +220,84 @@ test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
       'stored',
       'stored',
     ])
+  })
+})
+
+test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
+  test('a claimed batch goes to the batch handler in one call; its notes are kept', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
+    const table = tableNames(prefix).webhookDeliveries
+    const store = new InboxStore(db, table)
+    await Promise.all(['a', 'b', 'c', 'd'].map((id) => store.insert(delivery(id))))
+    const batches: string[][] = []
+    const single: string[] = []
+    const processor = new InboxProcessor({
+      store,
+      logger,
+      handler: async (_envelope, row) => void single.push(row.deliveryId),
+      batchHandler: async (items) => {
+        batches.push(items.map((item) => item.row.deliveryId))
+        return items.map((item) => (item.row.deliveryId === 'c' ? 'kept, not applied' : undefined))
+      },
+    })
+    assert.equal(await processor.drain(), 4)
+    assert.deepEqual(batches, [['a', 'b', 'c', 'd']])
+    assert.deepEqual(single, [])
+    const rows = await db.from(table).select('delivery_id', 'state', 'last_error').orderBy('id')
+    assert.deepEqual(
+      rows.map((row) => [row.delivery_id, row.state, row.last_error]),
+      [
+        ['a', 'processed', null],
+        ['b', 'processed', null],
+        ['c', 'processed', 'kept, not applied'],
+        ['d', 'processed', null],
+      ]
+    )
+  })
+
+  test('a batch the batch handler refuses goes row by row: only the bad row is dead-lettered', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
+    const table = tableNames(prefix).webhookDeliveries
+    const store = new InboxStore(db, table)
+    await Promise.all(['a', 'b', 'c'].map((id) => store.insert(delivery(id))))
+    await store.insert(delivery('bad', { nothing: true }))
+    let batchCalls = 0
+    const single: string[] = []
+    const processor = new InboxProcessor({
+      store,
+      logger,
+      handler: async (envelope, row) => {
+        single.push(row.deliveryId)
+        if (!(envelope.data as { payoutId?: string }).payoutId) {
+          throw new PermanentEventError('no payoutId')
+        }
+      },
+      batchHandler: async (items) => {
+        batchCalls++
+        if (items.some((item) => !(item.envelope.data as { payoutId?: string }).payoutId)) {
+          throw new PermanentEventError('no payoutId')
+        }
+        return []
+      },
+    })
+    assert.equal(await processor.drain(), 4)
+    assert.equal(batchCalls, 1)
+    assert.deepEqual(single, ['a', 'b', 'c', 'bad'])
+    const rows = await db.from(table).select('delivery_id', 'state').orderBy('id')
+    assert.deepEqual(
+      rows.map((row) => [row.delivery_id, row.state]),
+      [
+        ['a', 'processed'],
+        ['b', 'processed'],
+        ['c', 'processed'],
+        ['bad', 'dead'],
+      ]
+    )
   })
 })
