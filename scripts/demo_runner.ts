@@ -70,6 +70,9 @@ export interface DemoApp {
   stop(): Promise<void>
 }
 
+/** Preload that stops the app when its parent dies, however it dies. */
+export const EXIT_WITH_PARENT = new URL('./exit_with_parent.ts', import.meta.url).href
+
 /**
  * Starts `examples/demo/bin/server.ts` with `env` (see demoEnv) on `port` and resolves once
  * it answers. `stop()` sends SIGINT (the app terminates cleanly), then SIGKILL after 5 s.
@@ -79,11 +82,16 @@ export async function startDemoApp(options: {
   env: NodeJS.ProcessEnv
   output?: 'inherit' | 'ignore' | 'pipe'
 }): Promise<DemoApp> {
-  const child = spawn(process.execPath, ['--import=@poppinss/ts-exec', 'bin/server.ts'], {
-    cwd: DEMO_ROOT,
-    stdio: ['ignore', options.output ?? 'inherit', options.output ?? 'inherit'],
-    env: { ...options.env, PORT: String(options.port) },
-  })
+  const child = spawn(
+    process.execPath,
+    ['--import=@poppinss/ts-exec', `--import=${EXIT_WITH_PARENT}`, 'bin/server.ts'],
+    {
+      cwd: DEMO_ROOT,
+      // The IPC channel is how the app learns that this process died (exit_with_parent.ts).
+      stdio: ['ignore', options.output ?? 'inherit', options.output ?? 'inherit', 'ipc'],
+      env: { ...options.env, PORT: String(options.port) },
+    }
+  )
   const url = `http://127.0.0.1:${options.port}`
   const stop = async () => {
     if (child.exitCode !== null || child.signalCode !== null) return
