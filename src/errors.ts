@@ -18,3 +18,10 @@ export const E_PAYOUTS_FEATURE_DISABLED = createError<[string]>(
   'E_PAYOUTS_FEATURE_DISABLED',
   500
 )
+
+/** A deposit was recorded for a quote whose confirmation with another transaction is in flight. */
+export const E_ESCROW_CONFIRMATION_IN_FLIGHT = createError<[string, string]>(
+  'The escrow deposit of quote "%s" is being confirmed with transaction %s; record again once it ends',
+  'E_ESCROW_CONFIRMATION_IN_FLIGHT',
+  409
+)

@@ -3,6 +3,7 @@ import type { Database } from '@adonisjs/lucid/database'
 import { EscrowConfirmationFailedError } from '../client/errors.ts'
 import type { PayoutsClient } from '../client/payouts_client.ts'
 import { dbDate } from '../database/dates.ts'
+import { E_ESCROW_CONFIRMATION_IN_FLIGHT } from '../errors.ts'
 import EscrowDeposit from '../models/escrow_deposit.ts'
 import type { EscrowEvent } from '../types/events.ts'
 
@@ -63,19 +64,31 @@ export class EscrowFallback {
           : input.confirmedAt
             ? DateTime.fromISO(input.confirmedAt)
             : this.#options.now()
-    const deposit = await EscrowDeposit.query({ connection: this.#options.connection })
-      .where('quote_id', input.quoteId)
-      .first()
+    const { db, connection } = this.#options
+    const find = () => EscrowDeposit.query({ connection }).where('quote_id', input.quoteId).first()
+    const deposit = await find()
     if (!deposit) throw new Error(`no escrow deposit is known for quote ${input.quoteId}`)
-    if (deposit.state === 'confirmed') return deposit
-    deposit.merge({
-      txHash: input.txHash,
-      txConfirmedAt: confirmedAt,
-      state: 'deposit_recorded',
-      lastError: null,
-    })
-    await deposit.save()
-    return deposit
+    // Never under a confirmation in flight (nor after one that succeeded): a conditional
+    // update, so a run that claims the row meanwhile is not overwritten either.
+    const sql = db.connection(connection)
+    const updated = await sql
+      .from(EscrowDeposit.table)
+      .where('id', deposit.id)
+      .whereNotIn('state', ['confirm_requested', 'confirmed'])
+      .update({
+        tx_hash: input.txHash,
+        tx_confirmed_at: dbDate(sql, confirmedAt),
+        state: 'deposit_recorded',
+        last_error: null,
+        updated_at: dbDate(sql),
+      })
+    const current = (await find())!
+    if (Number(Array.isArray(updated) ? updated[0] : updated) === 1) return current
+    if (current.state === 'confirm_requested' && current.txHash !== input.txHash) {
+      throw new E_ESCROW_CONFIRMATION_IN_FLIGHT([input.quoteId, current.txHash ?? ''])
+    }
+    // Confirmed already, or the same deposit is being confirmed right now: nothing to do.
+    return current
   }
 
   async run(): Promise<EscrowSummary> {

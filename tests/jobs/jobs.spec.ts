@@ -2,6 +2,7 @@ import { test } from '@japa/runner'
 import { DateTime } from 'luxon'
 import { PayoutsClient, PayoutsResponseError, ServerError } from '../../src/client/main.ts'
 import { Reconciler } from '../../src/jobs/reconciler.ts'
+import { E_ESCROW_CONFIRMATION_IN_FLIGHT } from '../../src/errors.ts'
 import { EscrowDeposit, Payout } from '../../src/models/main.ts'
 import { startEmulator } from '../emulator/helpers.ts'
 import { TEST_DB } from '../helpers/database.ts'
@@ -63,6 +64,41 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     assert.lengthOf(
       app.events.filter((e) => e.name === 'payouts:escrow_confirmed'),
       1
+    )
+  })
+
+  test('recording a deposit while its confirmation is in flight neither resets nor repeats it', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, payouts, stable } = await setup(cleanup)
+    const { result } = await payouts.execute(stable)
+    const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
+    await payouts.escrow.recordDeposit({
+      quoteId: result.quoteId,
+      txHash,
+      confirmedAt: DateTime.now().minus({ minutes: 30 }),
+    })
+    // Another instance's run has claimed it and is waiting for the service's answer.
+    const deposit = await EscrowDeposit.findByOrFail('quoteId', result.quoteId)
+    deposit.merge({ state: 'confirm_requested', confirmAttemptedAt: DateTime.now() })
+    await deposit.save()
+
+    const again = await payouts.escrow.recordDeposit({ quoteId: result.quoteId, txHash })
+    assert.equal(again.state, 'confirm_requested')
+    const otherHash = '0x' + 'e'.repeat(64)
+    const error = await payouts.escrow
+      .recordDeposit({ quoteId: result.quoteId, txHash: otherHash })
+      .catch((e) => e)
+    assert.instanceOf(error, E_ESCROW_CONFIRMATION_IN_FLIGHT)
+    assert.equal(error.status, 409)
+    const stored = await EscrowDeposit.findByOrFail('quoteId', result.quoteId)
+    assert.deepEqual([stored.state, stored.txHash], ['confirm_requested', txHash])
+    // Not claimed a second time while the first attempt may still be answered.
+    assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
+    assert.lengthOf(
+      [...emu.state.idempotency.keys()].filter((k) => k.includes('confirm-escrow')),
+      0
     )
   })
 
