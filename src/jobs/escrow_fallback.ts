@@ -163,7 +163,9 @@ export class EscrowFallback {
     try {
       await client.confirmEscrowDeposit(
         { quoteId: deposit.quoteId, txHash: deposit.txHash! },
-        { idempotencyKey: `escrow-${deposit.quoteId}` }
+        // One key per (quote, transaction): a resumed attempt repeats its own request, and
+        // a corrected transaction after a failed one is a new request, not a reused key.
+        { idempotencyKey: `escrow-${deposit.quoteId}-${deposit.txHash}` }
       )
     } catch (error) {
       if (!(error instanceof EscrowConfirmationFailedError)) {

@@ -119,7 +119,7 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     )
   })
 
-  test('a confirmation answered 500 is recorded and surfaced, never retried', async ({
+  test('a confirmation answered 500 is recorded and surfaced, never retried; a new transaction is confirmed afresh', async ({
     assert,
     cleanup,
   }) => {
@@ -144,6 +144,17 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
       [...emu.state.idempotency.keys()].filter((k) => k.includes('confirm-escrow')),
       1
     )
+
+    // The right transaction, recorded afterwards, is confirmed afresh (its own key).
+    const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
+    await payouts.escrow.recordDeposit({
+      quoteId: result.quoteId,
+      txHash,
+      confirmedAt: DateTime.now().minus({ hours: 1 }),
+    })
+    assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, confirmed: 1 })
+    assert.equal(emu.admin.quote(result.quoteId)!.status, 'deposit_confirmed')
+    assert.equal((await EscrowDeposit.findByOrFail('quoteId', result.quoteId)).state, 'confirmed')
   })
 })
 
