@@ -57,9 +57,9 @@ function isUniqueViolation(error: unknown): boolean {
 
 /**
  * The durable inbox (`<prefix>webhook_deliveries`). Insert is the only work on the
- * webhook hot path, committed in groups; claiming uses a lease (`next_attempt_at`) so a row held by a process
- * that died is picked up again, and a conditional update so two instances never both
- * claim it.
+ * webhook hot path, committed in groups; claiming uses a lease (`next_attempt_at`) so a
+ * row held by a process that died is picked up again, and a conditional update so two
+ * instances never both claim it.
  */
 export class InboxStore {
   constructor(
@@ -97,8 +97,20 @@ export class InboxStore {
   async #flush() {
     while (this.#waiting.length > 0) {
       const batch = this.#waiting.splice(0, MAX_BATCH)
+      const client = this.#client()
+      if (this.options.rowByRow || !RETURNING_DIALECTS.has(client.dialect.name)) {
+        // No INSERT ... ON CONFLICT ... RETURNING (MySQL, MariaDB): one row at a time,
+        // each delivery told its own outcome.
+        for (const entry of batch) {
+          await this.#insertOne(client, entry.input).then(entry.resolve, entry.reject)
+        }
+        continue
+      }
       try {
-        const outcomes = await this.#insertBatch(batch.map((entry) => entry.input))
+        const outcomes = await this.#insertBatch(
+          client,
+          batch.map((entry) => entry.input)
+        )
         batch.forEach((entry, index) => entry.resolve(outcomes[index]))
       } catch (error) {
         for (const entry of batch) entry.reject(error)
@@ -108,14 +120,10 @@ export class InboxStore {
   }
 
   /** One multi-row insert; rows whose delivery id exists already are skipped, not failed. */
-  async #insertBatch(inputs: InboxDeliveryInput[]): Promise<Array<'stored' | 'duplicate'>> {
-    const client = this.#client()
-    if (this.options.rowByRow || !RETURNING_DIALECTS.has(client.dialect.name)) {
-      // No INSERT ... ON CONFLICT ... RETURNING (MySQL, MariaDB): one row at a time.
-      const outcomes: Array<'stored' | 'duplicate'> = []
-      for (const input of inputs) outcomes.push(await this.#insertOne(client, input))
-      return outcomes
-    }
+  async #insertBatch(
+    client: QueryClientContract,
+    inputs: InboxDeliveryInput[]
+  ): Promise<Array<'stored' | 'duplicate'>> {
     // The same id twice in one batch: the first is the delivery, the rest duplicates.
     const firstIndex = new Map<string, number>()
     inputs.forEach((input, index) => {

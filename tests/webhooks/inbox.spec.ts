@@ -221,6 +221,26 @@ test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
       'stored',
     ])
   })
+
+  test('row by row (as on MySQL), a refused row fails alone', async ({ assert, cleanup }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
+    const table = tableNames(prefix).webhookDeliveries
+    const store = new InboxStore(db, table, undefined, { rowByRow: true })
+    const results = await Promise.allSettled([
+      store.insert(delivery('a')),
+      store.insert({ ...delivery('b'), eventType: null as unknown as string }),
+      store.insert(delivery('c')),
+    ])
+    assert.deepEqual(
+      results.map((result) => result.status),
+      ['fulfilled', 'rejected', 'fulfilled']
+    )
+    const rows = await db.from(table).select('delivery_id').orderBy('id')
+    assert.deepEqual(
+      rows.map((row) => row.delivery_id),
+      ['a', 'c']
+    )
+  })
 })
 
 test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
