@@ -111,6 +111,12 @@ export function toChangedEvent(change: PayoutChange): PayoutChangedEvent {
   }
 }
 
+/** A batch applied in a transaction: changes in apply order, results in input order. */
+export interface AppliedBatch {
+  outcomes: Array<{ result: ApplyResult; change: PayoutChange | null }>
+  results: ApplyResult[]
+}
+
 /**
  * The one place payout state changes. Every observation runs in a transaction that locks
  * the row (PostgreSQL, MySQL) or holds SQLite's single writer, goes through the reducer,
@@ -147,6 +153,21 @@ export class PayoutLedger {
   async applyBatch(observations: PayoutObservation[]): Promise<ApplyResult[]> {
     if (observations.length === 0) return []
     if (observations.length === 1) return [await this.apply(observations[0])]
+    const batch = await this.db
+      .connection(this.connection)
+      .transaction((trx) => this.applyBatchInTransaction(trx, observations))
+    await this.notifyBatch(batch)
+    return batch.results
+  }
+
+  /**
+   * `applyBatch` inside a caller's transaction (the inbox marks its rows processed in the
+   * same one). The caller must call `notifyBatch` after its COMMIT.
+   */
+  async applyBatchInTransaction(
+    trx: TransactionClientContract,
+    observations: PayoutObservation[]
+  ): Promise<AppliedBatch> {
     const order = observations
       .map((_, index) => index)
       .sort((a, b) => {
@@ -154,20 +175,16 @@ export class PayoutLedger {
         const y = observations[b].payoutId
         return x < y ? -1 : x > y ? 1 : a - b
       })
-    const outcomes: Array<{ result: ApplyResult; change: PayoutChange | null }> = []
-    await this.db.connection(this.connection).transaction(async (trx) => {
-      for (const index of order) {
-        outcomes.push(await this.applyInTransaction(trx, observations[index]))
-      }
-    })
-    await this.#notifyAll(outcomes)
+    const outcomes: AppliedBatch['outcomes'] = []
+    for (const index of order)
+      outcomes.push(await this.applyInTransaction(trx, observations[index]))
     const results: ApplyResult[] = []
     order.forEach((index, position) => (results[index] = outcomes[position].result))
-    return results
+    return { outcomes, results }
   }
 
   /** `notify` for a batch, in order, with one statement marking every notified change. */
-  async #notifyAll(outcomes: Array<{ result: ApplyResult; change: PayoutChange | null }>) {
+  async notifyBatch({ outcomes }: AppliedBatch) {
     const ids = outcomes.flatMap(({ change }) => (change ? [change.eventId] : []))
     for (const id of ids) this.#notifying.add(id)
     const notified: number[] = []

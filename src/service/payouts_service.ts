@@ -15,7 +15,7 @@ import type { JobLocks } from '../jobs/locks.ts'
 import type { JobScheduler } from '../jobs/scheduler.ts'
 import type { PayoutsStream } from '../stream/payouts_stream.ts'
 import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
-import type { InboxStore } from '../webhooks/inbox_store.ts'
+import type { InboxStore, InboxVerdict } from '../webhooks/inbox_store.ts'
 import type { SecretCipher, SecretStore } from '../webhooks/secret_store.ts'
 import type { PayoutChangedEvent } from '../types/events.ts'
 
@@ -155,25 +155,28 @@ export class PayoutsService {
         if ('skip' in mapped) return mapped.skip
         await ledger.apply(mapped.observation)
       },
-      // A permanent error in one event throws here, and the batch goes row by row, where
-      // that event alone is dead-lettered.
-      batchHandler: async (items) => {
-        const notes: Array<string | void> = []
+      // The whole claimed batch in the claiming transaction: its rows are marked done in
+      // the same COMMIT as the ledger changes they carry; the hooks run after it.
+      batchHandler: async (trx, items) => {
+        const verdicts: InboxVerdict[] = []
         const observations: PayoutObservation[] = []
         for (const { envelope, row } of items) {
-          const mapped = mapper.observationFromEvent(
-            envelope,
-            row.source as 'webhook',
-            row.deliveryId
-          )
-          if ('skip' in mapped) notes.push(mapped.skip)
+          let mapped: ReturnType<typeof mapper.observationFromEvent>
+          try {
+            mapped = mapper.observationFromEvent(envelope, row.source as 'webhook', row.deliveryId)
+          } catch (error) {
+            if (!(error instanceof mapper.PermanentEventError)) throw error
+            verdicts.push({ state: 'dead', note: error.message })
+            continue
+          }
+          if ('skip' in mapped) verdicts.push({ state: 'processed', note: mapped.skip })
           else {
-            notes.push(undefined)
+            verdicts.push({ state: 'processed', note: null })
             observations.push(mapped.observation)
           }
         }
-        await ledger.applyBatch(observations)
-        return notes
+        const batch = await ledger.applyBatchInTransaction(trx, observations)
+        return { verdicts, afterCommit: () => ledger.notifyBatch(batch) }
       },
     })
     const recipients = new RecipientsMirror(this.client, connection)

@@ -1,21 +1,29 @@
 import type { Logger } from '@adonisjs/core/logger'
+import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { eventEnvelopeSchema, type EventEnvelope } from '../schemas/events.ts'
-import type { InboxRow, InboxStore } from './inbox_store.ts'
+import type { InboxRow, InboxStore, InboxVerdict } from './inbox_store.ts'
 import { PermanentEventError } from './event_mapper.ts'
+
+const UNPARSABLE = 'unparsable event body'
 
 /** Applies one stored event; throwing leaves the row to be retried. */
 export type InboxHandler = (envelope: EventEnvelope, row: InboxRow) => Promise<string | void>
 
 /**
- * Applies a batch of stored events at once (one transaction), returning each row's note.
- * Throwing means none was applied: the rows are then handed to `handler` one by one.
+ * Applies a batch of stored events inside the transaction that claimed them, returning a
+ * verdict per item and what to run once it commits (the change hooks). Throwing rolls the
+ * whole batch back: its rows are then handed to `handler` one by one.
  */
 export type InboxBatchHandler = (
+  trx: TransactionClientContract,
   items: Array<{ envelope: EventEnvelope; row: InboxRow }>
-) => Promise<Array<string | void>>
+) => Promise<{ verdicts: InboxVerdict[]; afterCommit: () => Promise<void> }>
 
 export interface InboxProcessorOptions {
-  store: Pick<InboxStore, 'claimDue' | 'markProcessed' | 'markFailed'>
+  store: Pick<
+    InboxStore,
+    'claimDue' | 'markProcessed' | 'markFailed' | 'processDueInTransaction' | 'claimsInTransaction'
+  >
   handler: InboxHandler
   batchHandler?: InboxBatchHandler
   logger: Logger
@@ -78,69 +86,109 @@ export class InboxProcessor {
   async drain(): Promise<number> {
     let handled = 0
     for (;;) {
-      const rows = await this.#options.store.claimDue(
-        this.#options.now(),
-        this.#options.batchSize,
-        this.#options.leaseMs
-      )
-      if (rows.length === 0) return handled
-      handled += rows.length
-      const parsed: Array<{ envelope: EventEnvelope; row: InboxRow }> = []
-      for (const row of rows) {
-        const envelope = await this.#parse(row)
-        if (envelope) parsed.push({ envelope, row })
+      const inTransaction = await this.#drainInTransaction()
+      if (inTransaction === 0) return handled
+      if (inTransaction > 0) {
+        handled += inTransaction
+        continue
       }
-      // Rows applied without a note are marked together after the batch: one commit, not
-      // one per row. A crash before it leaves them to be applied again when their lease
-      // expires, which the ledger ignores (it has seen those observations).
-      const done: number[] = []
-      try {
-        if (!(await this.#applyBatch(parsed, done))) {
-          for (const { envelope, row } of parsed) {
-            if (await this.#process(envelope, row)) done.push(row.id)
-          }
-        }
-      } finally {
-        await this.#options.store.markProcessed(done)
-      }
+      // Not available here, or the batch failed and rolled back: one batch with leases,
+      // row by row, each row with its own retries.
+      const withLeases = await this.#drainWithLeases()
+      if (withLeases === 0) return handled
+      handled += withLeases
     }
   }
 
-  /** The batch in one go when a batch handler is set; false when it must go row by row. */
-  async #applyBatch(
-    items: Array<{ envelope: EventEnvelope; row: InboxRow }>,
-    done: number[]
-  ): Promise<boolean> {
-    const { batchHandler, store, logger } = this.#options
-    if (!batchHandler || items.length < 2) return false
-    let notes: Array<string | void>
+  /**
+   * One batch claimed, applied and marked in a single transaction: one commit for the
+   * lot, and rows are done exactly when their effects are. Returns the rows handled, 0
+   * when nothing is due, -1 when this path is unavailable or the batch rolled back.
+   */
+  async #drainInTransaction(): Promise<number> {
+    const { store, batchHandler, logger } = this.#options
+    if (!batchHandler || !store.claimsInTransaction) return -1
+    let afterCommit: (() => Promise<void>) | undefined
+    let outcome: Awaited<ReturnType<typeof store.processDueInTransaction<void>>>
     try {
-      notes = await batchHandler(items)
+      outcome = await store.processDueInTransaction(
+        this.#options.now(),
+        this.#options.batchSize,
+        async (trx, rows) => {
+          const verdicts: InboxVerdict[] = []
+          const parsed: Array<{ envelope: EventEnvelope; row: InboxRow; index: number }> = []
+          for (const [index, row] of rows.entries()) {
+            const envelope = this.#parseEnvelope(row)
+            if (envelope) parsed.push({ envelope, row, index })
+            else verdicts[index] = { state: 'dead', note: UNPARSABLE }
+          }
+          const handled = await batchHandler(trx, parsed)
+          parsed.forEach((item, position) => (verdicts[item.index] = handled.verdicts[position]))
+          afterCommit = handled.afterCommit
+          return { verdicts, value: undefined }
+        }
+      )
     } catch (error) {
-      logger.debug({ err: (error as Error).message }, 'payouts inbox: batch applied row by row')
-      return false
+      logger.debug({ err: (error as Error).message }, 'payouts inbox: batch goes row by row')
+      return -1
     }
-    for (const [index, { row }] of items.entries()) {
-      const note = notes[index]
-      if (note) await store.markProcessed([row.id], note)
-      else done.push(row.id)
+    if (!outcome) return 0
+    for (const [index, verdict] of outcome.verdicts.entries()) {
+      if (verdict.state === 'dead') {
+        logger.warn(
+          { deliveryId: outcome.rows[index].deliveryId, reason: verdict.note },
+          'payouts inbox: event kept as a dead letter'
+        )
+      }
     }
-    return true
+    // Hooks that fail leave their changes un-notified: renotify fires them later.
+    await afterCommit?.().catch((error) =>
+      logger.error({ err: error }, 'payouts inbox: change hooks failed after commit')
+    )
+    return outcome.rows.length
+  }
+
+  /** One batch claimed with a lease, then processed row by row; returns the rows handled. */
+  async #drainWithLeases(): Promise<number> {
+    const rows = await this.#options.store.claimDue(
+      this.#options.now(),
+      this.#options.batchSize,
+      this.#options.leaseMs
+    )
+    // Rows applied without a note are marked together after the batch: one commit, not
+    // one per row. A crash before it leaves them to be applied again when their lease
+    // expires, which the ledger ignores (it has seen those observations).
+    const done: number[] = []
+    try {
+      for (const row of rows) {
+        const envelope = await this.#parse(row)
+        if (envelope && (await this.#process(envelope, row))) done.push(row.id)
+      }
+    } finally {
+      await this.#options.store.markProcessed(done)
+    }
+    return rows.length
+  }
+
+  #parseEnvelope(row: InboxRow): EventEnvelope | null {
+    try {
+      return eventEnvelopeSchema.parse(JSON.parse(row.rawBody.toString('utf8')))
+    } catch {
+      return null
+    }
   }
 
   /** The row's envelope, or null when it is unusable (then kept as a dead letter). */
   async #parse(row: InboxRow): Promise<EventEnvelope | null> {
-    try {
-      return eventEnvelopeSchema.parse(JSON.parse(row.rawBody.toString('utf8')))
-    } catch {
-      // Authentic (it was verified) but unusable: keep it, never retry it.
-      this.#options.logger.warn(
-        { deliveryId: row.deliveryId },
-        'payouts inbox: unparsable event kept'
-      )
-      await this.#options.store.markFailed(row.id, 'unparsable event body', null)
-      return null
-    }
+    const envelope = this.#parseEnvelope(row)
+    if (envelope) return envelope
+    // Authentic (it was verified) but unusable: keep it, never retry it.
+    this.#options.logger.warn(
+      { deliveryId: row.deliveryId },
+      'payouts inbox: unparsable event kept'
+    )
+    await this.#options.store.markFailed(row.id, UNPARSABLE, null)
+    return null
   }
 
   /** True when the row was applied and only needs marking. */

@@ -1,5 +1,5 @@
 import type { Database } from '@adonisjs/lucid/database'
-import type { QueryClientContract } from '@adonisjs/lucid/types/database'
+import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { dbDate } from '../database/dates.ts'
 
 /** A delivery as the route hands it to the inbox. */
@@ -31,6 +31,10 @@ function toInboxRow(row: any): InboxRow {
     attempts: Number(row.attempts),
   }
 }
+
+/** What became of a row processed inside the claiming transaction. */
+export type InboxVerdict =
+  { state: 'processed'; note: string | null } | { state: 'dead'; note: string }
 
 interface PendingInsert {
   input: InboxDeliveryInput
@@ -180,14 +184,7 @@ export class InboxStore {
    */
   async claimDue(now: Date, limit: number, leaseMs: number): Promise<InboxRow[]> {
     const client = this.#client()
-    const due = (query: any) =>
-      query.where((q: any) => {
-        q.where('state', 'pending').orWhere((failed: any) => {
-          failed
-            .whereIn('state', ['failed', 'processing'])
-            .where('next_attempt_at', '<=', dbDate(client, now))
-        })
-      })
+    const due = <Query>(query: Query) => this.#due(query, client, now)
     const candidates: Array<{ id: number; state: string; attempts: number }> = await due(
       client.from(this.table).select('id', 'state', 'attempts')
     )
@@ -232,6 +229,76 @@ export class InboxStore {
       claimed.push(toInboxRow(row))
     }
     return claimed
+  }
+
+  /** Whether `processDueInTransaction` works here (it needs UPDATE ... RETURNING). */
+  get claimsInTransaction(): boolean {
+    return !this.options.rowByRow && RETURNING_DIALECTS.has(this.#client().dialect.name)
+  }
+
+  /**
+   * Claims up to `limit` due rows inside a transaction, hands them to `work` in that same
+   * transaction, and records each verdict there: the rows are done exactly when the work
+   * commits, and untouched if it rolls back. No lease is needed: on PostgreSQL the claimed
+   * rows stay locked until COMMIT and other instances skip them; SQLite has one writer.
+   * Resolves null when nothing is due.
+   */
+  async processDueInTransaction<T>(
+    now: Date,
+    limit: number,
+    work: (
+      trx: TransactionClientContract,
+      rows: InboxRow[]
+    ) => Promise<{ verdicts: InboxVerdict[]; value: T }>
+  ): Promise<{ rows: InboxRow[]; verdicts: InboxVerdict[]; value: T } | null> {
+    return this.#client().transaction(async (trx) => {
+      const candidates = this.#due(trx.from(this.table).select('id'), trx, now)
+        .orderBy('id', 'asc')
+        .limit(limit)
+      if (['postgres', 'redshift'].includes(trx.dialect.name)) candidates.forUpdate().skipLocked()
+      const found: Array<{ id: number }> = await candidates
+      const ids = found.map((row) => row.id)
+      if (ids.length === 0) return null
+      const claimed: any[] = await this.#due(
+        trx.knexQuery().table(this.table).whereIn('id', ids),
+        trx,
+        now
+      )
+        .update({
+          state: 'processed',
+          processed_at: dbDate(trx, now),
+          next_attempt_at: null,
+          last_error: null,
+          attempts: trx.knexRawQuery('attempts + 1'),
+        })
+        .returning(['id', 'delivery_id', 'event_type', 'raw_body', 'source', 'attempts'])
+      if (claimed.length === 0) return null
+      const rows = claimed.map(toInboxRow).sort((x, y) => x.id - y.id)
+      const { verdicts, value } = await work(trx, rows)
+      for (const [index, verdict] of verdicts.entries()) {
+        if (verdict.state === 'processed' && verdict.note === null) continue
+        await trx
+          .from(this.table)
+          .where('id', rows[index].id)
+          .update({
+            state: verdict.state,
+            processed_at: verdict.state === 'dead' ? null : dbDate(trx, now),
+            last_error: (verdict.note ?? '').slice(0, 2000),
+          })
+      }
+      return { rows, verdicts, value }
+    })
+  }
+
+  /** Due rows: new ones, failed ones past their backoff, processing ones past their lease. */
+  #due<Query>(query: Query, client: QueryClientContract, now: Date): Query {
+    return (query as any).where((q: any) => {
+      q.where('state', 'pending').orWhere((failed: any) => {
+        failed
+          .whereIn('state', ['failed', 'processing'])
+          .where('next_attempt_at', '<=', dbDate(client, now))
+      })
+    })
   }
 
   /**

@@ -244,7 +244,7 @@ test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
 })
 
 test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
-  test('a claimed batch goes to the batch handler in one call; its notes are kept', async ({
+  test('a claimed batch is applied inside the claiming transaction; verdicts commit with it, hooks run after', async ({
     assert,
     cleanup,
   }) => {
@@ -252,33 +252,60 @@ test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
     const table = tableNames(prefix).webhookDeliveries
     const store = new InboxStore(db, table)
     await Promise.all(['a', 'b', 'c', 'd'].map((id) => store.insert(delivery(id))))
+    await store.insert({ ...delivery('garbled'), rawBody: Buffer.from('not json') })
     const batches: string[][] = []
     const single: string[] = []
+    let seenAfterCommit: Array<[string, string]> = []
     const processor = new InboxProcessor({
       store,
       logger,
       handler: async (_envelope, row) => void single.push(row.deliveryId),
-      batchHandler: async (items) => {
+      batchHandler: async (trx, items) => {
         batches.push(items.map((item) => item.row.deliveryId))
-        return items.map((item) => (item.row.deliveryId === 'c' ? 'kept, not applied' : undefined))
+        // Work of the batch, in the same transaction as the claim.
+        await trx.from(table).where('delivery_id', 'a').update({ signature_header: 'applied' })
+        return {
+          verdicts: items.map((item) =>
+            item.row.deliveryId === 'c'
+              ? { state: 'processed' as const, note: 'kept, not applied' }
+              : item.row.deliveryId === 'd'
+                ? { state: 'dead' as const, note: 'no payoutId' }
+                : { state: 'processed' as const, note: null }
+          ),
+          afterCommit: async () => {
+            const rows = await db.from(table).select('delivery_id', 'state').orderBy('id')
+            seenAfterCommit = rows.map((row) => [row.delivery_id, row.state])
+          },
+        }
       },
     })
-    assert.equal(await processor.drain(), 4)
-    assert.deepEqual(batches, [['a', 'b', 'c', 'd']])
+    assert.equal(await processor.drain(), 5)
+    assert.deepEqual(batches, [['a', 'b', 'c', 'd']], 'one call; the garbled row never reaches it')
     assert.deepEqual(single, [])
-    const rows = await db.from(table).select('delivery_id', 'state', 'last_error').orderBy('id')
+    const expected = [
+      ['a', 'processed', null, 'applied'],
+      ['b', 'processed', null, 't=1,v1=x'],
+      ['c', 'processed', 'kept, not applied', 't=1,v1=x'],
+      ['d', 'dead', 'no payoutId', 't=1,v1=x'],
+      ['garbled', 'dead', 'unparsable event body', 't=1,v1=x'],
+    ]
+    const rows = await db
+      .from(table)
+      .select('delivery_id', 'state', 'last_error', 'signature_header', 'attempts')
+      .orderBy('id')
     assert.deepEqual(
-      rows.map((row) => [row.delivery_id, row.state, row.last_error]),
-      [
-        ['a', 'processed', null],
-        ['b', 'processed', null],
-        ['c', 'processed', 'kept, not applied'],
-        ['d', 'processed', null],
-      ]
+      rows.map((row) => [row.delivery_id, row.state, row.last_error, row.signature_header]),
+      expected
+    )
+    assert.isTrue(rows.every((row) => Number(row.attempts) === 1))
+    assert.deepEqual(
+      seenAfterCommit,
+      expected.map(([id, state]) => [id, state]),
+      'the hooks ran after the COMMIT'
     )
   })
 
-  test('a batch the batch handler refuses goes row by row: only the bad row is dead-lettered', async ({
+  test('a batch that fails rolls back whole, then goes row by row: only the bad row is dead-lettered', async ({
     assert,
     cleanup,
   }) => {
@@ -298,26 +325,67 @@ test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
           throw new PermanentEventError('no payoutId')
         }
       },
-      batchHandler: async (items) => {
+      batchHandler: async (trx, items) => {
         batchCalls++
+        await trx.from(table).update({ signature_header: 'half done' })
         if (items.some((item) => !(item.envelope.data as { payoutId?: string }).payoutId)) {
-          throw new PermanentEventError('no payoutId')
+          throw new Error('the database refused one row')
         }
-        return []
+        return { verdicts: [], afterCommit: async () => {} }
       },
     })
     assert.equal(await processor.drain(), 4)
+    // The batch path is tried again after the fallback, and finds nothing left.
     assert.equal(batchCalls, 1)
     assert.deepEqual(single, ['a', 'b', 'c', 'bad'])
-    const rows = await db.from(table).select('delivery_id', 'state').orderBy('id')
+    const rows = await db
+      .from(table)
+      .select('delivery_id', 'state', 'signature_header')
+      .orderBy('id')
     assert.deepEqual(
-      rows.map((row) => [row.delivery_id, row.state]),
+      rows.map((row) => [row.delivery_id, row.state, row.signature_header]),
       [
-        ['a', 'processed'],
-        ['b', 'processed'],
-        ['c', 'processed'],
-        ['bad', 'dead'],
+        ['a', 'processed', 't=1,v1=x'],
+        ['b', 'processed', 't=1,v1=x'],
+        ['c', 'processed', 't=1,v1=x'],
+        ['bad', 'dead', 't=1,v1=x'],
       ]
     )
+  })
+
+  test('two instances processing in transactions at once handle each row exactly once', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
+    const table = tableNames(prefix).webhookDeliveries
+    await Promise.all(
+      Array.from({ length: 40 }, (_, i) => new InboxStore(db, table).insert(delivery(`d${i}`)))
+    )
+    const seen: string[] = []
+    const make = () =>
+      new InboxProcessor({
+        store: new InboxStore(db, table),
+        logger,
+        batchSize: 7,
+        handler: async () => {
+          throw new Error('the batch path should have taken every row')
+        },
+        batchHandler: async (_trx, items) => {
+          for (const item of items) seen.push(item.row.deliveryId)
+          // Hold the transaction a moment, so the other instance runs into its rows.
+          await new Promise((resolve) => setTimeout(resolve, 5))
+          return {
+            verdicts: items.map(() => ({ state: 'processed' as const, note: null })),
+            afterCommit: async () => {},
+          }
+        },
+      })
+    const [first, second] = await Promise.all([make().drain(), make().drain()])
+    assert.equal(first + second, 40)
+    assert.lengthOf(seen, 40)
+    assert.lengthOf(new Set(seen), 40)
+    const rows = await db.from(table).select('state', 'attempts')
+    assert.isTrue(rows.every((row) => row.state === 'processed' && Number(row.attempts) === 1))
   })
 })
