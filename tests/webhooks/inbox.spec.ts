@@ -196,6 +196,16 @@ test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
     assert.equal(Number(total), 450)
   })
 
+  /** Three deliveries in one burst, the middle one refused by the database (NOT NULL). */
+  async function burstWithARefusedRow(store: InboxStore) {
+    const results = await Promise.allSettled([
+      store.insert(delivery('a')),
+      store.insert({ ...delivery('b'), eventType: null as unknown as string }),
+      store.insert(delivery('c')),
+    ])
+    return results.map((result) => result.status)
+  }
+
   test('when the statement fails, every delivery in it is rejected and none is half-stored', async ({
     assert,
     cleanup,
@@ -203,16 +213,8 @@ test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
     const { db, prefix } = await setupDatabase(cleanup, 'inbox')
     const table = tableNames(prefix).webhookDeliveries
     const store = new InboxStore(db, table)
-    // One row the database refuses (NOT NULL) sinks the statement it shares with two others.
-    const results = await Promise.allSettled([
-      store.insert(delivery('a')),
-      store.insert({ ...delivery('b'), eventType: null as unknown as string }),
-      store.insert(delivery('c')),
-    ])
-    assert.deepEqual(
-      results.map((result) => result.status),
-      ['rejected', 'rejected', 'rejected']
-    )
+    // The refused row sinks the statement it shares with the other two.
+    assert.deepEqual(await burstWithARefusedRow(store), ['rejected', 'rejected', 'rejected'])
     const [{ total }] = await db.from(table).count('* as total')
     assert.equal(Number(total), 0)
     // Each is answered 503 and delivered again; the next burst is unaffected.
@@ -226,15 +228,7 @@ test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
     const { db, prefix } = await setupDatabase(cleanup, 'inbox')
     const table = tableNames(prefix).webhookDeliveries
     const store = new InboxStore(db, table, undefined, { rowByRow: true })
-    const results = await Promise.allSettled([
-      store.insert(delivery('a')),
-      store.insert({ ...delivery('b'), eventType: null as unknown as string }),
-      store.insert(delivery('c')),
-    ])
-    assert.deepEqual(
-      results.map((result) => result.status),
-      ['fulfilled', 'rejected', 'fulfilled']
-    )
+    assert.deepEqual(await burstWithARefusedRow(store), ['fulfilled', 'rejected', 'fulfilled'])
     const rows = await db.from(table).select('delivery_id').orderBy('id')
     assert.deepEqual(
       rows.map((row) => row.delivery_id),
