@@ -109,21 +109,15 @@ async function main() {
         return { rows, seconds: (performance.now() - started) / 1000 }
       },
       memory: () => {
-        const gc = (globalThis as { gc?: (options?: object) => void }).gc
+        const gc = (globalThis as { gc?: () => void }).gc
         if (gc) {
           gc()
           gc()
         }
-        const spaces = () =>
-          Object.fromEntries(
-            v8.getHeapSpaceStatistics().map((space) => [space.space_name, space.space_size])
-          )
-        const afterGc = { ...process.memoryUsage(), spaces: spaces() }
-        // V8's memory-reducing collection (what it runs under memory pressure): it also
-        // hands back the young generation's headroom, so what remains is what is retained.
-        gc?.({ type: 'major', execution: 'sync', flavor: 'last-resort' })
-        const reduced = { ...process.memoryUsage(), spaces: spaces() }
-        return { gc: Boolean(gc), ...afterGc, reduced }
+        const spaces = Object.fromEntries(
+          v8.getHeapSpaceStatistics().map((space) => [space.space_name, space.space_size])
+        )
+        return { gc: Boolean(gc), ...process.memoryUsage(), spaces }
       },
       sqliteJournal: async () => {
         if (db !== 'sqlite') return null

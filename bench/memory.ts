@@ -12,8 +12,6 @@ export interface MemoryMark {
   /** V8's young generation (grows under allocation pressure, shrinks rarely). */
   newSpaceMB: number
   oldSpaceMB: number
-  /** RSS after V8's memory-reducing collection (young generation headroom handed back). */
-  reducedRssMB: number
 }
 
 export interface MemoryResult {
@@ -31,8 +29,6 @@ export interface MemoryResult {
   newSpaceDeltaMB: number
   /** RSS growth over the second half of the run (plateau check), MB. */
   rssDeltaSecondHalfMB: number
-  /** The same delta measured after a memory-reducing collection: what is retained, MB. */
-  reducedRssDeltaMB: number
 }
 
 const MB = 1024 * 1024
@@ -79,11 +75,7 @@ export async function measureMemory(options: {
         })
       )
       const usage = await child.call<
-        NodeJS.MemoryUsage & {
-          gc: boolean
-          spaces: Record<string, number>
-          reduced: NodeJS.MemoryUsage
-        }
+        NodeJS.MemoryUsage & { gc: boolean; spaces: Record<string, number> }
       >('memory')
       if (!usage.gc) throw new Error('the memory child was not started with --expose-gc')
       marks.push({
@@ -95,7 +87,6 @@ export async function measureMemory(options: {
         externalMB: usage.external / MB,
         newSpaceMB: (usage.spaces.new_space ?? 0) / MB,
         oldSpaceMB: (usage.spaces.old_space ?? 0) / MB,
-        reducedRssMB: usage.reduced.rss / MB,
       })
       if (timedOut) break
     }
@@ -118,6 +109,5 @@ export async function measureMemory(options: {
     heapTotalDeltaMB: last.heapTotalMB - first.heapTotalMB,
     newSpaceDeltaMB: last.newSpaceMB - first.newSpaceMB,
     rssDeltaSecondHalfMB: last.rssMB - half.rssMB,
-    reducedRssDeltaMB: last.reducedRssMB - first.reducedRssMB,
   }
 }
