@@ -109,7 +109,7 @@ export class InboxProcessor {
     const { store, batchHandler, logger } = this.#options
     if (!batchHandler || !store.claimsInTransaction) return -1
     let afterCommit: (() => Promise<void>) | undefined
-    let outcome: Awaited<ReturnType<typeof store.processDueInTransaction<void>>>
+    let outcome: { rows: InboxRow[]; verdicts: InboxVerdict[] } | null
     try {
       outcome = await store.processDueInTransaction(
         this.#options.now(),
@@ -125,7 +125,7 @@ export class InboxProcessor {
           const handled = await batchHandler(trx, parsed)
           parsed.forEach((item, position) => (verdicts[item.index] = handled.verdicts[position]))
           afterCommit = handled.afterCommit
-          return { verdicts, value: undefined }
+          return verdicts
         }
       )
     } catch (error) {

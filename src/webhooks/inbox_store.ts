@@ -243,14 +243,11 @@ export class InboxStore {
    * rows stay locked until COMMIT and other instances skip them; SQLite has one writer.
    * Resolves null when nothing is due.
    */
-  async processDueInTransaction<T>(
+  async processDueInTransaction(
     now: Date,
     limit: number,
-    work: (
-      trx: TransactionClientContract,
-      rows: InboxRow[]
-    ) => Promise<{ verdicts: InboxVerdict[]; value: T }>
-  ): Promise<{ rows: InboxRow[]; verdicts: InboxVerdict[]; value: T } | null> {
+    work: (trx: TransactionClientContract, rows: InboxRow[]) => Promise<InboxVerdict[]>
+  ): Promise<{ rows: InboxRow[]; verdicts: InboxVerdict[] } | null> {
     return this.#client().transaction(async (trx) => {
       const candidates = this.#due(trx.from(this.table).select('id'), trx, now)
         .orderBy('id', 'asc')
@@ -274,7 +271,7 @@ export class InboxStore {
         .returning(['id', 'delivery_id', 'event_type', 'raw_body', 'source', 'attempts'])
       if (claimed.length === 0) return null
       const rows = claimed.map(toInboxRow).sort((x, y) => x.id - y.id)
-      const { verdicts, value } = await work(trx, rows)
+      const verdicts = await work(trx, rows)
       for (const [index, verdict] of verdicts.entries()) {
         if (verdict.state === 'processed' && verdict.note === null) continue
         await trx
@@ -286,7 +283,7 @@ export class InboxStore {
             last_error: (verdict.note ?? '').slice(0, 2000),
           })
       }
-      return { rows, verdicts, value }
+      return { rows, verdicts }
     })
   }
 
