@@ -31,13 +31,16 @@ export interface FaultStats {
   errors: number
   timeouts: number
   resets: number
+  /** 429s injected by a storm. */
   rateLimited: number
+  /** 429s from the emulator's own rate limits (not injected: the caller went too fast). */
+  throttled: number
 }
 
 /** Fault injection with a seedable PRNG, so a run can be reproduced. */
 export class Faults {
   config: FaultConfig = {}
-  stats: FaultStats = { errors: 0, timeouts: 0, resets: 0, rateLimited: 0 }
+  stats: FaultStats = { errors: 0, timeouts: 0, resets: 0, rateLimited: 0, throttled: 0 }
   random: () => number
 
   constructor(seed = 42) {

@@ -179,6 +179,7 @@ export function createHandler(deps: HttpDeps) {
       headers['x-ratelimit-remaining'] = decision.remaining
       headers['x-ratelimit-reset'] = decision.reset
       if (!decision.allowed) {
+        faults.stats.throttled++
         headers['retry-after'] = decision.retryAfter
         return send(res, { status: 429, body: { error: 'rate limit exceeded' } }, headers)
       }

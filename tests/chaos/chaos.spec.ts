@@ -556,7 +556,7 @@ test.group(`Chaos | ${N} payouts, faults, two SIGKILLs (${TEST_DB})`, () => {
     const figures = [
       `chaos run: N=${N}, seed=${SEED}, database=${TEST_DB}, leases=${REAL_LEASES ? 'real' : 'moved'}`,
       `payouts            ${fmt(countBy(remote, (p) => p.flow))}; ${fmt(countBy(remote, (p) => p.status))}`,
-      `faults injected    5xx ${faults.errors}, timeouts ${faults.timeouts}, 429 ${faults.rateLimited} (in ${storms} storms), escrow detection missed ${[...deposits.values()].filter((d) => !d.detected).length}/${deposits.size}`,
+      `faults injected    5xx ${faults.errors}, timeouts ${faults.timeouts}, 429 ${faults.rateLimited} (in ${storms} storms) + ${faults.throttled} from the rate limits, escrow detection missed ${[...deposits.values()].filter((d) => !d.detected).length}/${deposits.size}`,
       `client retries     ${retries.length} (${fmt(countBy(retries, (r) => r.code ?? '?'))})`,
       `deliveries         created ${deliveries.length}, attempted ${faults.webhooks.attempts}, ok ${faults.webhooks.succeeded}, failed ${faults.webhooks.failed}, duplicated ${faults.webhooks.duplicated}, reordered ${faults.webhooks.delayed}, dropped ${faults.webhooks.dropped}`,
       `inbox              rows ${inbox.length}, duplicates suppressed ${log.filter((line) => line.k === 'duplicate').length}`,

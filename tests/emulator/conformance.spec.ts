@@ -243,6 +243,7 @@ test.group('Emulator | Limits', () => {
       statuses.push(last.status)
     }
     assert.deepEqual(statuses, [...Array(10).fill(200), 429])
+    assert.deepInclude(emu.admin.faultStats(), { throttled: 1, rateLimited: 0 })
     assert.deepEqual(last.json, { error: 'rate limit exceeded' })
     assert.equal(last.headers['retry-after'], '2')
     await emu.admin.advance(2000)
@@ -810,6 +811,7 @@ test.group('Emulator | Faults and limits on the wire', () => {
     const storm = await api(emu, 'GET', '/payouts')
     assert.deepEqual([storm.status, storm.json], [429, { error: 'rate limit exceeded' }])
     assert.equal(storm.headers['retry-after'], '1')
+    assert.deepInclude(emu.admin.faultStats(), { rateLimited: 1, resets: 1, throttled: 0 })
     emu.admin.setFaults({})
     assert.equal((await api(emu, 'GET', '/payouts')).status, 200)
   })
