@@ -249,15 +249,14 @@ export class InboxStore {
     work: (trx: TransactionClientContract, rows: InboxRow[]) => Promise<InboxVerdict[]>
   ): Promise<{ rows: InboxRow[]; verdicts: InboxVerdict[] } | null> {
     return this.#client().transaction(async (trx) => {
-      const candidates = this.#due(trx.from(this.table).select('id'), trx, now)
+      // Claimed in one statement (the job-queue form): the subquery picks due rows in id
+      // order and, on PostgreSQL, locks them, skipping rows another instance holds.
+      const candidates = this.#due(trx.knexQuery().table(this.table).select('id'), trx, now)
         .orderBy('id', 'asc')
         .limit(limit)
       if (['postgres', 'redshift'].includes(trx.dialect.name)) candidates.forUpdate().skipLocked()
-      const found: Array<{ id: number }> = await candidates
-      const ids = found.map((row) => row.id)
-      if (ids.length === 0) return null
       const claimed: any[] = await this.#due(
-        trx.knexQuery().table(this.table).whereIn('id', ids),
+        trx.knexQuery().table(this.table).whereIn('id', candidates),
         trx,
         now
       )
