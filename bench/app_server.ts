@@ -119,6 +119,11 @@ async function main() {
         )
         return { gc: Boolean(gc), ...process.memoryUsage(), spaces }
       },
+      sqlitePragmas: async () => {
+        const cache = await client().rawQuery('PRAGMA cache_size')
+        const page = await client().rawQuery('PRAGMA page_size')
+        return { cacheSize: Number(cache?.[0]?.cache_size), pageSize: Number(page?.[0]?.page_size) }
+      },
       sqliteJournal: async () => {
         if (db !== 'sqlite') return null
         const mode = await client().rawQuery('PRAGMA journal_mode')

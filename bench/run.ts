@@ -49,6 +49,25 @@ const MEMORY = {
   budgetMs: QUICK ? 30_000 : 120_000,
 }
 
+// The memory target is measured on these stores (see CONFIGS).
+const MEMORY_DBS = ['sqlite-wal', 'pg']
+
+interface MemoryRuns {
+  plugin: MemoryResult | { error: string }
+  insert: MemoryResult | { error: string }
+  bare: MemoryResult | { error: string }
+  /** SQLite's page cache limit for one connection, MB; null on PostgreSQL. */
+  sqlitePageCacheMB: number | null
+}
+
+/** PRAGMA cache_size as the app opens SQLite: negative is KiB, positive is pages. */
+async function sqlitePageCacheLimitMB(child: Child<{ url: string }>): Promise<number> {
+  const pragmas = await child.call<{ cacheSize: number; pageSize: number }>('sqlitePragmas')
+  const bytes =
+    pragmas.cacheSize < 0 ? -pragmas.cacheSize * 1024 : pragmas.cacheSize * pragmas.pageSize
+  return bytes / (1024 * 1024)
+}
+
 interface DbConfig {
   key: string
   db: BenchDb
@@ -389,17 +408,14 @@ function clientChecks(c: ClientOverheadResult | { error: string }): Check[] {
   ]
 }
 
-function memoryChecks(
-  m: MemoryResult | { error: string },
-  baseline: MemoryResult | { error: string },
-  bare: MemoryResult | { error: string }
-): Check[] {
+function memoryChecks(key: string, runs: MemoryRuns): Check[] {
+  const { plugin: m, insert: baseline, bare } = runs
   if ('error' in m) {
     return [
       {
-        id: 'memory.rss_delta',
+        id: `${key}.memory.rss_delta`,
         measure: 'memory',
-        db: 'sqlite-wal',
+        db: key,
         value: null,
         unit: '',
         target: `failed: ${m.error}`,
@@ -412,16 +428,16 @@ function memoryChecks(
   const reached = m.timedOut ? ` (time cap hit: ${m.reached} of ${m.target})` : ''
   return [
     {
-      id: 'memory.rss_delta',
+      id: `${key}.memory.rss_delta`,
       measure: `RSS after ${last.deliveries} minus after ${first.deliveries} deliveries${reached}`,
-      db: 'sqlite-wal',
+      db: key,
       value: round(m.rssDeltaMB, 1),
       unit: 'MB',
       target: '< 30',
       pass: m.rssDeltaMB < 30 && !m.timedOut && m.failures === 0,
     },
     {
-      id: 'memory.insert_rss_delta',
+      id: `${key}.memory.insert_rss_delta`,
       measure:
         'same RSS delta on the insert-only route, fresh app (same DB work, no verify)' +
         ('error' in baseline
@@ -429,63 +445,77 @@ function memoryChecks(
           : baseline.timedOut
             ? ` (time cap hit: ${baseline.reached})`
             : ''),
-      db: 'sqlite-wal',
+      db: key,
       value: 'error' in baseline ? null : round(baseline.rssDeltaMB, 1),
       unit: 'MB',
       target: '',
       pass: null,
     },
     {
-      id: 'memory.bare_rss_delta',
+      id: `${key}.memory.bare_rss_delta`,
       measure:
         'same RSS delta on the bare route, fresh app (the framework and V8 alone)' +
         ('error' in bare ? `: failed, ${bare.error}` : ''),
-      db: 'sqlite-wal',
+      db: key,
       value: 'error' in bare ? null : round(bare.rssDeltaMB, 1),
       unit: 'MB',
       target: '',
       pass: null,
     },
     {
-      id: 'memory.plugin_minus_bare',
+      id: `${key}.memory.plugin_minus_bare`,
       measure: 'what the plugin route adds over the bare route (RSS delta minus bare delta)',
-      db: 'sqlite-wal',
+      db: key,
       value: 'error' in bare ? null : round(m.rssDeltaMB - bare.rssDeltaMB, 1),
       unit: 'MB',
       target: '',
       pass: null,
     },
     {
-      id: 'memory.heap_used_delta',
+      id: `${key}.memory.heap_used_delta`,
       measure: 'heapUsed delta, same marks (after gc)',
-      db: 'sqlite-wal',
+      db: key,
       value: round(m.heapUsedDeltaMB, 1),
       unit: 'MB',
       target: '',
       pass: null,
     },
     {
-      id: 'memory.heap_total_delta',
+      id: `${key}.memory.heap_total_delta`,
       measure: 'heapTotal delta, same marks (V8 reserved heap)',
-      db: 'sqlite-wal',
+      db: key,
       value: round(m.heapTotalDeltaMB, 1),
       unit: 'MB',
       target: '',
       pass: null,
     },
     {
-      id: 'memory.new_space_delta',
+      id: `${key}.memory.new_space_delta`,
       measure: "of which V8's young generation (new space) grew",
-      db: 'sqlite-wal',
+      db: key,
       value: round(m.newSpaceDeltaMB, 1),
       unit: 'MB',
       target: '',
       pass: null,
     },
+    ...(runs.sqlitePageCacheMB === null
+      ? []
+      : [
+          {
+            id: `${key}.memory.sqlite_page_cache_limit`,
+            measure:
+              "SQLite page cache limit per connection (better-sqlite3's cache_size), held in the app process",
+            db: key,
+            value: round(runs.sqlitePageCacheMB, 1),
+            unit: 'MB',
+            target: '',
+            pass: null,
+          },
+        ]),
     {
-      id: 'memory.rss_second_half',
+      id: `${key}.memory.rss_second_half`,
       measure: `RSS growth over the second half (${m.marks.find((x) => x.deliveries >= last.deliveries / 2)?.deliveries} -> ${last.deliveries})`,
-      db: 'sqlite-wal',
+      db: key,
       value: round(m.rssDeltaSecondHalfMB, 1),
       unit: 'MB',
       target: '',
@@ -572,32 +602,49 @@ async function main() {
     }
   }
 
-  const memoryConfig = CONFIGS[1]
-  const memoryOf = async (path: string): Promise<MemoryResult | { error: string }> => {
-    try {
-      return await withApp(memoryConfig, (child) => measureMemory({ child, path, ...MEMORY }), [
-        '--expose-gc',
-      ])
-    } catch (error) {
-      return { error: (error as Error).message }
+  // Memory on both kinds of store: SQLite keeps its page cache inside the app process,
+  // PostgreSQL keeps it in the server, so the pair separates the store from the plugin.
+  const memoryConfigs = ONLY.has('memory')
+    ? CONFIGS.filter((c) => MEMORY_DBS.includes(c.key) && (!DBS || DBS.has(c.key)))
+    : []
+  const memory: Record<string, MemoryRuns | { skipped: string }> = {}
+  for (const config of memoryConfigs) {
+    if (config.db === 'pg') {
+      const reason = await pgAvailable()
+      if (reason) {
+        log(`[${elapsed()}] memory, ${config.key}: skipped, PostgreSQL does not answer (${reason})`)
+        memory[config.key] = { skipped: `PostgreSQL unavailable: ${reason}` }
+        continue
+      }
     }
-  }
-  let memory: MemoryResult | { error: string } | undefined
-  let memoryInsert: MemoryResult | { error: string } | undefined
-  let memoryBare: MemoryResult | { error: string } | undefined
-  if (ONLY.has('memory')) {
-    log(`[${elapsed()}] memory: ${MEMORY.marks.at(-1)} deliveries, ${memoryConfig.label}`)
-    memory = await memoryOf(ROUTES.plugin)
+    const memoryOf = async (path: string): Promise<MemoryResult | { error: string }> => {
+      try {
+        return await withApp(config, (child) => measureMemory({ child, path, ...MEMORY }), [
+          '--expose-gc',
+        ])
+      } catch (error) {
+        return { error: (error as Error).message }
+      }
+    }
+    log(`[${elapsed()}] memory: ${MEMORY.marks.at(-1)} deliveries, ${config.label}`)
+    const plugin = await memoryOf(ROUTES.plugin)
     log(`[${elapsed()}] memory: the same on the insert-only route, in a fresh app (baseline)`)
-    memoryInsert = await memoryOf(ROUTES.insert)
+    const insert = await memoryOf(ROUTES.insert)
     log(`[${elapsed()}] memory: the same on the bare route, in a fresh app (the framework alone)`)
-    memoryBare = await memoryOf(ROUTES.bare)
+    const bare = await memoryOf(ROUTES.bare)
+    const sqlitePageCacheMB =
+      config.db === 'sqlite'
+        ? await withApp(config, (child) => sqlitePageCacheLimitMB(child))
+        : null
+    memory[config.key] = { plugin, insert, bare, sqlitePageCacheMB }
   }
 
   const checks = [
     ...configs.flatMap((c) => ingestChecks(c.key, dbs[c.key])),
     ...(client ? clientChecks(client) : []),
-    ...(memory && memoryInsert && memoryBare ? memoryChecks(memory, memoryInsert, memoryBare) : []),
+    ...Object.entries(memory).flatMap(([key, runs]) =>
+      'skipped' in runs ? [] : memoryChecks(key, runs)
+    ),
   ]
 
   let history: Array<{ date: string; values: Record<string, number | null> }> = []
@@ -625,11 +672,11 @@ async function main() {
       'In-app handling = request event -> response finished inside the app process; the rest of a latency is queueing, the kernel and the load generator.',
       'Fan-out: the inbox is processed after each acknowledgement, as in production; deliveries are sequential with a 2 ms pause.',
       'Client: PayoutsClient with its rate limiter off (the emulator has rate limits off too).',
-      'Memory: plugin route (verify, insert, ack), processing deferred, then the insert-only and bare routes, each in a fresh app; RSS after gc() twice.',
+      'Memory, on SQLite WAL and on PostgreSQL: plugin route (verify, insert, ack), processing deferred, then the insert-only and bare routes, each in a fresh app; RSS after gc() twice.',
     ],
     settings: { ingest: INGEST, fanout: FANOUT, client: CLIENT, memory: MEMORY },
     checks,
-    results: { dbs, client, memory, memoryInsert },
+    results: { dbs, client, memory },
     history: [...history, { date, values }].slice(-20),
   }
   // Formatted as the repository's Prettier config would, so `prettier --check` stays clean.
@@ -649,7 +696,7 @@ async function main() {
   log(misses.length === 0 ? 'All targets met.' : `${misses.length} target(s) missed:`)
   for (const miss of misses)
     log(`  MISS ${miss.db} ${miss.measure}: ${miss.value} ${miss.unit} (target ${miss.target})`)
-  log(`Figures written to bench/results.json`)
+  log(`Figures written to ${RESULTS.pathname}`)
 }
 
 main().catch((error) => {
