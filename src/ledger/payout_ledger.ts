@@ -2,11 +2,17 @@ import type { Database } from '@adonisjs/lucid/database'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
 import { dbDate } from '../database/dates.ts'
+import { locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
 import type { ObservationSource, PayoutChangedEvent } from '../types/events.ts'
 import type { PayoutStatus, PayoutStep } from '../schemas/common.ts'
-import { reduce, type PayoutPosition, type ReduceReason } from './state_machine.ts'
+import {
+  reduce,
+  type PayoutPosition,
+  type ReduceReason,
+  type ReduceResult,
+} from './state_machine.ts'
 
 /** Descriptive fields an observation may carry; they fill gaps, they never move state. */
 export interface PayoutFields {
@@ -88,6 +94,64 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 function toDecimalString(value: number | string): string {
   return typeof value === 'number' ? String(value) : value
+}
+
+/** What one observation did to a payout row (before anything is written). */
+interface Advance {
+  previous: PayoutPosition | null
+  outcome: ReduceResult
+  ownerAttached: boolean
+}
+
+/** A detached copy of a payout's attributes as they are now (never saved). */
+function snapshotOf(row: Payout): Payout {
+  const copy = new Payout()
+  Object.assign(copy.$attributes, row.$attributes)
+  copy.$isPersisted = true
+  copy.$hydrateOriginals()
+  return copy
+}
+
+/** A payout_events row for a raw multi-row INSERT (the model's columns, in SQL form). */
+function toEventColumns(
+  client: TransactionClientContract,
+  entry: ReturnType<typeof logEntry>
+): Record<string, unknown> {
+  return {
+    payout_uuid: entry.payoutUuid,
+    source: entry.source,
+    event_type: entry.eventType,
+    status: entry.status,
+    step: entry.step,
+    applied: entry.applied,
+    reason: entry.reason,
+    delivery_id: entry.deliveryId,
+    observed_at: dbDate(client, entry.observedAt),
+    notified_at: entry.notifiedAt ? dbDate(client, entry.notifiedAt) : null,
+    created_at: dbDate(client),
+  }
+}
+
+/** The payout_events entry of one observation, applied or not (and why). */
+function logEntry(
+  row: Payout,
+  observation: PayoutObservation,
+  { outcome }: Advance,
+  observedAt: DateTime
+) {
+  return {
+    payoutUuid: row.payoutUuid,
+    source: observation.source,
+    eventType: observation.eventType ?? null,
+    status: observation.status ?? null,
+    step: observation.step ?? null,
+    applied: outcome.changed,
+    reason: outcome.reason,
+    deliveryId: observation.deliveryId ?? null,
+    observedAt,
+    // Only a real change has events to fire.
+    notifiedAt: outcome.changed ? null : DateTime.now(),
+  }
 }
 
 /** Projects a change onto the public event payload (no instructions, no secrets). */
@@ -176,8 +240,17 @@ export class PayoutLedger {
         return x < y ? -1 : x > y ? 1 : a - b
       })
     const outcomes: AppliedBatch['outcomes'] = []
-    for (const index of order)
-      outcomes.push(await this.applyInTransaction(trx, observations[index]))
+    if (observations.length > 1 && RETURNING_DIALECTS.has(trx.dialect.name)) {
+      outcomes.push(
+        ...(await this.#applySetInTransaction(
+          trx,
+          order.map((i) => observations[i])
+        ))
+      )
+    } else {
+      for (const index of order)
+        outcomes.push(await this.applyInTransaction(trx, observations[index]))
+    }
     const results: ApplyResult[] = []
     order.forEach((index, position) => (results[index] = outcomes[position].result))
     return { outcomes, results }
@@ -213,38 +286,157 @@ export class PayoutLedger {
     observation: PayoutObservation
   ): Promise<{ result: ApplyResult; change: PayoutChange | null }> {
     const observedAt = observation.observedAt ?? DateTime.now()
-    const lockable = !['sqlite3', 'better-sqlite3', 'libsql'].includes(trx.dialect.name)
     const locate = () => {
       const query = Payout.query({ client: trx })
       if (UUID.test(observation.payoutId)) query.where('payout_uuid', observation.payoutId)
       else query.where('read_id', observation.payoutId).orWhere('payout_uuid', observation.payoutId)
-      return lockable ? query.forUpdate().first() : query.first()
+      return locksRows(trx) ? query.forUpdate().first() : query.first()
     }
     let row = await locate()
     if (!row) {
       // Insert-or-ignore: a concurrent observation of the same new payout may win the race.
-      const now = dbDate(trx, observedAt)
-      await trx
-        .knexQuery()
-        .table(Payout.table)
-        .insert({
-          payout_uuid: observation.payoutId,
-          read_id:
-            observation.readId ?? (UUID.test(observation.payoutId) ? null : observation.payoutId),
-          status: 'pending',
-          step: null,
-          created_at: now,
-          updated_at: now,
-        })
-        .onConflict('payout_uuid')
-        .ignore()
+      await this.#insertPending(trx, [observation])
       row = await locate()
       if (!row) throw new Error(`payout ${observation.payoutId} could not be stored`)
     }
+    const step = this.#advance(row, observation, observedAt)
+    row.useTransaction(trx)
+    await row.save()
+    const logged = await PayoutEvent.create(logEntry(row, observation, step, observedAt), {
+      client: trx,
+    })
+    return this.#outcome(row, observation, step, observedAt, logged.id)
+  }
+
+  /**
+   * A set of observations (sorted by payout id) in a few statements instead of a few per
+   * observation: one SELECT locks every known payout (in id order, so two instances never
+   * deadlock on them), one INSERT-or-ignore adds the new ones, the reducer runs in memory,
+   * each payout is saved once and the log gets one multi-row INSERT. Same result, row for
+   * row, as applying them one by one.
+   */
+  async #applySetInTransaction(
+    trx: TransactionClientContract,
+    observations: PayoutObservation[]
+  ): Promise<AppliedBatch['outcomes']> {
+    const rows = await this.#lockPayouts(trx, observations)
+    const rowOf = (observation: PayoutObservation) => {
+      const row = rows.get(observation.payoutId)
+      if (!row) throw new Error(`payout ${observation.payoutId} could not be stored`)
+      return row
+    }
+    const last = new Map(observations.map((observation, index) => [rowOf(observation), index]))
+    const applied = observations.map((observation, index) => {
+      const row = rowOf(observation)
+      const observedAt = observation.observedAt ?? DateTime.now()
+      const step = this.#advance(row, observation, observedAt)
+      // Later observations of the same payout move the row on; each outcome keeps the
+      // payout as its own observation left it, as one-by-one application would.
+      const snapshot = last.get(row) === index ? row : snapshotOf(row)
+      return { row, snapshot, observation, step, observedAt }
+    })
+    for (const row of new Set(applied.map((a) => a.row))) {
+      row.useTransaction(trx)
+      await row.save()
+    }
+    const inserted: Array<{ id: number }> = await trx
+      .knexQuery()
+      .table(PayoutEvent.table)
+      .insert(
+        applied.map((a) =>
+          toEventColumns(trx, logEntry(a.row, a.observation, a.step, a.observedAt))
+        )
+      )
+      .returning('id')
+    // One statement numbers its rows in VALUES order; RETURNING's own order is not promised.
+    const ids = inserted.map((r) => Number(r.id)).sort((x, y) => x - y)
+    if (ids.length !== applied.length) throw new Error('payout events were not all logged')
+    return applied.map((a, index) =>
+      this.#outcome(a.snapshot, a.observation, a.step, a.observedAt, ids[index])
+    )
+  }
+
+  /**
+   * Every payout the observations name, locked, keyed by the id each observation gave;
+   * missing ones are inserted first (UUIDs before read ids, so a read id carried by a new
+   * UUID's observation finds that row instead of starting a second one).
+   */
+  async #lockPayouts(trx: TransactionClientContract, observations: PayoutObservation[]) {
+    const byId = new Map<string, Payout>()
+    // The same database row found under two ids (UUID and read id) is one model.
+    const models = new Map<number, Payout>()
+    const rowFor = (row: Payout) => models.get(row.id) ?? (models.set(row.id, row), row)
+    const resolve = async (ids: string[]) => {
+      const others = ids.filter((id) => !UUID.test(id))
+      const query = Payout.query({ client: trx })
+        .where((where) => {
+          where.whereIn('payout_uuid', ids)
+          if (others.length > 0) where.orWhereIn('read_id', others)
+        })
+        .orderBy('id', 'asc')
+      const found = await (locksRows(trx) ? query.forUpdate() : query)
+      for (const id of ids) {
+        const row = UUID.test(id)
+          ? found.find((r) => r.payoutUuid === id)
+          : (found.find((r) => r.readId === id) ?? found.find((r) => r.payoutUuid === id))
+        if (row) byId.set(id, byId.get(id) ?? rowFor(row))
+      }
+    }
+    const missing = () =>
+      [...new Set(observations.map((o) => o.payoutId))].filter((id) => !byId.has(id))
+
+    // A new payout's row carries the first read id any of its observations gives.
+    const firstSighting = (id: string) => {
+      const own = observations.filter((o) => o.payoutId === id)
+      return { ...own[0], readId: own.find((o) => o.readId)?.readId ?? own[0].readId }
+    }
+    await resolve([...new Set(observations.map((o) => o.payoutId))])
+    for (const uuids of [true, false]) {
+      if (!uuids) {
+        // A read id that another observation in the set gives to a row it names: that
+        // row, as one-by-one application would have found it once the read id was filled.
+        for (const id of missing()) {
+          const carrier = observations.find((o) => o.readId === id && byId.has(o.payoutId))
+          const row = carrier && byId.get(carrier.payoutId)!
+          if (row && (row.readId === null || row.readId === id)) byId.set(id, row)
+        }
+      }
+      const ids = missing().filter((id) => UUID.test(id) === uuids)
+      if (ids.length === 0) continue
+      await this.#insertPending(trx, ids.map(firstSighting))
+      await resolve(ids)
+    }
+    return byId
+  }
+
+  /** New payouts as pending rows, insert-or-ignore (another observer may win the race). */
+  async #insertPending(trx: TransactionClientContract, observations: PayoutObservation[]) {
+    await trx
+      .knexQuery()
+      .table(Payout.table)
+      .insert(
+        observations.map((observation) => {
+          const now = dbDate(trx, observation.observedAt ?? DateTime.now())
+          return {
+            payout_uuid: observation.payoutId,
+            read_id:
+              observation.readId ?? (UUID.test(observation.payoutId) ? null : observation.payoutId),
+            status: 'pending',
+            step: null,
+            created_at: now,
+            updated_at: now,
+          }
+        })
+      )
+      .onConflict('payout_uuid')
+      .ignore()
+  }
+
+  /** Runs one observation through the reducer onto a locked row (in memory). */
+  #advance(row: Payout, observation: PayoutObservation, observedAt: DateTime): Advance {
     // A row no observation has reached yet (just inserted) has no position to compare.
     const previous = row.lastObservedAt === null ? null : { status: row.status, step: row.step }
     const outcome = reduce(previous, { status: observation.status, step: observation.step })
-
     const ownerAttached = !row.ownerId && !!observation.fields?.ownerId && previous !== null
     this.#fill(row, observation)
     // When we last heard, on our clock (the event time is kept in payout_events).
@@ -259,26 +451,16 @@ export class PayoutLedger {
           : observedAt
       }
     }
-    row.useTransaction(trx)
-    await row.save()
+    return { previous, outcome, ownerAttached }
+  }
 
-    const logged = await PayoutEvent.create(
-      {
-        payoutUuid: row.payoutUuid,
-        source: observation.source,
-        eventType: observation.eventType ?? null,
-        status: observation.status ?? null,
-        step: observation.step ?? null,
-        applied: outcome.changed,
-        reason: outcome.reason,
-        deliveryId: observation.deliveryId ?? null,
-        observedAt,
-        // Only a real change has events to fire.
-        notifiedAt: outcome.changed ? null : DateTime.now(),
-      },
-      { client: trx }
-    )
-
+  #outcome(
+    row: Payout,
+    observation: PayoutObservation,
+    { previous, outcome, ownerAttached }: Advance,
+    observedAt: DateTime,
+    eventId: number
+  ): { result: ApplyResult; change: PayoutChange | null } {
     const result = {
       payout: row,
       changed: outcome.changed,
@@ -292,7 +474,7 @@ export class PayoutLedger {
           current: outcome.next,
           source: observation.source,
           created: previous === null,
-          eventId: logged.id,
+          eventId,
           observedAt,
         }
       : null

@@ -1,5 +1,6 @@
 import type { Database } from '@adonisjs/lucid/database'
 import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
+import { RETURNING_DIALECTS } from '../database/dialects.ts'
 import { dbDate } from '../database/dates.ts'
 
 /** A delivery as the route hands it to the inbox. */
@@ -44,9 +45,6 @@ interface PendingInsert {
 
 /** Rows per statement: far below every dialect's bound-parameter limit (8 per row). */
 const MAX_BATCH = 200
-
-/** Lucid dialects whose SQL has INSERT ... ON CONFLICT DO NOTHING ... RETURNING. */
-const RETURNING_DIALECTS = new Set(['postgres', 'redshift', 'better-sqlite3', 'sqlite3', 'libsql'])
 
 /** Unique-violation codes of SQLite, PostgreSQL and MySQL/MariaDB. */
 function isUniqueViolation(error: unknown): boolean {

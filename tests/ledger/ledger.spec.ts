@@ -330,6 +330,129 @@ test.group(`Ledger | applyBatch (${TEST_DB})`, () => {
     )
   })
 
+  test('property: a batch naming payouts by UUID and by read id, with owners, leaves the same rows, log, results and changes as one by one', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'batch')
+    const changes: PayoutChange[] = []
+    const ledger = new PayoutLedger(db, { onChange: (change) => void changes.push(change) })
+    const outcomes = ['completed', 'failed', 'cancelled'] as const
+    // Per observation: which payout, which id it goes by, and which owner it gives.
+    const shape = fc.array(
+      fc.record({
+        payout: fc.nat(2),
+        event: fc.nat(8),
+        naming: fc.constantFrom('uuid', 'uuid+read', 'read'),
+        owner: fc.constantFrom(undefined, 'owner-a', 'owner-b'),
+      }),
+      { minLength: 2, maxLength: 24 }
+    )
+    // Everything one set of ids leaves behind, named by payout number, not by id.
+    const observe = async (ids: Array<{ uuid: string; read: string }>) => {
+      const name = (id: string | null) => {
+        const index = ids.findIndex((p) => p.uuid === id || p.read === id)
+        return index < 0 ? id : `${index}:${ids[index].uuid === id ? 'uuid' : 'read'}`
+      }
+      const all = ids.flatMap((p) => [p.uuid, p.read])
+      const rows = await Payout.query().whereIn('payout_uuid', all).orderBy('payout_uuid')
+      const events = await PayoutEvent.query().whereIn('payout_uuid', all).orderBy('id')
+      return {
+        rows: rows
+          .map((r) => [name(r.payoutUuid), name(r.readId), r.ownerId, r.status, r.step])
+          .sort((a, b) => String(a[0]).localeCompare(String(b[0]))),
+        log: rows
+          .map((r) => [
+            name(r.payoutUuid),
+            events
+              .filter((e) => e.payoutUuid === r.payoutUuid)
+              .map((e) => [e.status, e.step, e.applied, e.reason, e.notifiedAt !== null]),
+          ])
+          .sort((a, b) => String(a[0]).localeCompare(String(b[0]))),
+        changes: changes
+          .map((c) => [
+            name(c.payout.payoutUuid),
+            c.previous,
+            c.current,
+            c.created,
+            c.payout.ownerId,
+          ])
+          .sort((a, b) => String(a[0]).localeCompare(String(b[0]))),
+      }
+    }
+    await fc.assert(
+      fc.asyncProperty(shape, async (picks) => {
+        const run = async (batched: boolean) => {
+          const ids = outcomes.map(() => ({ uuid: randomUUID(), read: `po_${randomUUID()}` }))
+          const observations = picks.map((pick) => {
+            const { uuid, read } = ids[pick.payout]
+            const events = trajectory(uuid, outcomes[pick.payout])
+            const base = events[pick.event % events.length]
+            return {
+              ...base,
+              payoutId: pick.naming === 'read' ? read : uuid,
+              readId: pick.naming === 'uuid+read' ? read : undefined,
+              fields: pick.owner ? { ownerId: pick.owner } : undefined,
+            }
+          })
+          changes.length = 0
+          let results
+          if (batched) results = await ledger.applyBatch(observations)
+          else {
+            // One by one in the order a batch applies them (by payout id, stable).
+            const order = observations
+              .map((_, i) => i)
+              .sort((a, b) =>
+                observations[a].payoutId < observations[b].payoutId
+                  ? -1
+                  : observations[a].payoutId > observations[b].payoutId
+                    ? 1
+                    : a - b
+              )
+            results = []
+            for (const i of order) results[i] = await ledger.apply(observations[i])
+          }
+          return {
+            ...(await observe(ids)),
+            results: results.map((r) => [r.changed, r.reason, r.ownerAttached]),
+          }
+        }
+        assert.deepEqual(await run(true), await run(false))
+      }),
+      { seed: 23, numRuns: TEST_DB === 'pg' ? 15 : 30 }
+    )
+  })
+
+  test('a batch of new payouts takes a few statements, plus one save per payout, not several per observation', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'batch')
+    const ledger = new PayoutLedger(db)
+    const statements: string[] = []
+    db.connection()
+      .getWriteClient()
+      .on('query', (query: { sql: string }) => void statements.push(query.sql))
+    const ids = Array.from({ length: 40 }, () => randomUUID())
+    // Two observations per payout: 80 observations, 40 payouts.
+    const observations = ids.flatMap((id) => trajectory(id, 'completed').slice(0, 2))
+    await ledger.applyBatch(observations)
+    const during = statements.slice(
+      statements.findIndex((sql) => /^begin/i.test(sql.trim())),
+      statements.findIndex((sql) => /^commit/i.test(sql.trim())) + 1
+    )
+    // begin, select, insert, select, 40 saves, one insert into the log, commit.
+    assert.isAtMost(during.length, ids.length + 6)
+    assert.lengthOf(
+      during.filter((sql) => /insert into .*payout_events/i.test(sql)),
+      1
+    )
+    const rows = await Payout.query().whereIn('payout_uuid', ids)
+    assert.isTrue(
+      rows.every((row) => row.status === 'processing' && row.step === 'compliance_cleared')
+    )
+  })
+
   test('two ledgers applying overlapping batches at once: consistent rows, one completion each', async ({
     assert,
     cleanup,
