@@ -42,7 +42,7 @@ const INGEST: IngestSettings = {
   drainMs: QUICK ? 1000 : 3000,
 }
 const FANOUT = { deliveries: QUICK ? 60 : 300, warmup: 20, perMessageTimeoutMs: 2000 }
-const CLIENT = { calls: 1000, warmup: 200, rounds: QUICK ? 3 : 5 }
+const CLIENT = { calls: 1000, warmup: 200, rounds: QUICK ? 3 : 11 }
 const MEMORY = {
   marks: QUICK ? [1000, 5000, 10_000] : [1000, 10_000, 50_000, 100_000],
   concurrency: 16,
