@@ -37,6 +37,12 @@ export const payoutsConfigSchema = z.object({
         .default(256 * 1024),
       /** How often the web process retries due inbox rows; 0 leaves it to a worker. */
       retryIntervalMs: z.number().int().min(0).default(5000),
+      /**
+       * Inbox rows claimed and applied per transaction. On SQLite a transaction holds the
+       * event loop until COMMIT, so smaller batches keep acknowledgements flowing while a
+       * backlog drains; larger ones drain faster.
+       */
+      processBatchSize: z.number().int().positive().max(1000).default(100),
       /** After payouts:webhooks:rotate-secret, the old secret is accepted this long. */
       rotationGraceMs: z
         .number()
@@ -49,6 +55,7 @@ export const payoutsConfigSchema = z.object({
       toleranceSeconds: 300,
       maxBodyBytes: 256 * 1024,
       retryIntervalMs: 5000,
+      processBatchSize: 100,
       rotationGraceMs: 24 * 3600_000,
     }),
   events: z

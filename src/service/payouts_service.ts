@@ -146,6 +146,7 @@ export class PayoutsService {
     const processor = new InboxProcessor({
       store: inbox,
       logger: this.#deps.logger,
+      batchSize: this.config.webhook.processBatchSize,
       handler: async (envelope, row) => {
         const mapped = mapper.observationFromEvent(
           envelope,

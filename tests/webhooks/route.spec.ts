@@ -88,6 +88,47 @@ test.group(`Webhooks | signed route (${TEST_DB})`, () => {
     )
   })
 
+  test('webhook.processBatchSize bounds the rows one processing transaction applies', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup, { webhook: { processBatchSize: 2 } })
+    const { inbox } = await app.payouts.parts()
+    const events = Array.from({ length: 5 }, () => createdEvent())
+    // Stored without the route's kick, so they wait as one backlog.
+    await Promise.all(
+      events.map((event) => {
+        const raw = JSON.stringify(event)
+        return inbox.insert({
+          deliveryId: `dlv_${randomUUID()}`,
+          eventType: event.type,
+          rawBody: Buffer.from(raw),
+          signatureHeader: null,
+          source: 'webhook',
+        })
+      })
+    )
+    const db = await app.app.container.make('lucid.db')
+    const logged: string[] = []
+    db.connection()
+      .getWriteClient()
+      .on('query', (query: { sql: string }) => {
+        if (/insert into \S*payout_events/i.test(query.sql)) logged.push(query.sql)
+      })
+    await app.payouts.drainInbox()
+    // Batches of 2, 2 and 1: three transactions, each logging its observations at once.
+    assert.lengthOf(logged, 3)
+    const payouts = await Payout.query().whereIn(
+      'payout_uuid',
+      events.map((e) => e.data.payoutId)
+    )
+    assert.lengthOf(payouts, 5)
+    assert.lengthOf(
+      app.events.filter((e) => e.name === 'payouts:created'),
+      5
+    )
+  })
+
   test('rejections answer 400 with a generic body: {name}')
     .with([
       {
