@@ -116,6 +116,8 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = 'svc_')
       table.string('state', 32).notNullable()
       table.text('last_error').nullable()
       table.timestamp('confirm_attempted_at', { useTz: true }).nullable()
+      // The payout_events row whose change showed the service had detected the deposit.
+      table.integer('confirmed_by_event_id').nullable()
       table.timestamp('created_at', { useTz: true }).notNullable()
       table.timestamp('updated_at', { useTz: true }).notNullable()
     })

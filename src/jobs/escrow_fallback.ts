@@ -1,9 +1,11 @@
 import { DateTime } from 'luxon'
 import type { Database } from '@adonisjs/lucid/database'
+import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { EscrowConfirmationFailedError } from '../client/errors.ts'
 import type { PayoutsClient } from '../client/payouts_client.ts'
 import { dbDate } from '../database/dates.ts'
 import { E_ESCROW_CONFIRMATION_IN_FLIGHT } from '../errors.ts'
+import type { PayoutChange } from '../ledger/payout_ledger.ts'
 import EscrowDeposit from '../models/escrow_deposit.ts'
 import type { EscrowEvent } from '../types/events.ts'
 
@@ -25,6 +27,15 @@ export interface EscrowSummary {
   detected: number
   failed: number
   waiting: number
+}
+
+/** A stablecoin payout moving out of pending: the service has the deposit. */
+function showsDetection(change: PayoutChange): boolean {
+  return (
+    change.payout.flow === 'stablecoin_to_fiat' &&
+    (change.previous === null || change.previous.status === 'pending') &&
+    (change.current.status === 'processing' || change.current.status === 'completed')
+  )
 }
 
 /**
@@ -89,6 +100,48 @@ export class EscrowFallback {
     }
     // Confirmed already, or the same deposit is being confirmed right now: nothing to do.
     return current
+  }
+
+  /**
+   * Inside the ledger's transaction: a stablecoin payout that leaves pending for
+   * processing or completed had its deposit detected by the service. Its deposit row, unless
+   * a fallback run holds it or is done with it, is confirmed by that change, which carries
+   * the event to fire after COMMIT (and through `renotify` after a crash).
+   */
+  async confirmDetected(trx: TransactionClientContract, changes: PayoutChange[]) {
+    for (const change of changes) {
+      if (!showsDetection(change)) continue
+      const updated = await trx
+        .from(EscrowDeposit.table)
+        .where('payout_uuid', change.payout.payoutUuid)
+        .whereIn('state', ['awaiting_deposit', 'deposit_recorded'])
+        .update({
+          state: 'confirmed',
+          confirmed_by_event_id: change.eventId,
+          last_error: null,
+          updated_at: dbDate(trx),
+        })
+      change.escrowConfirmed = null
+      if (Number(Array.isArray(updated) ? updated[0] : updated) === 0) continue
+      const row = await EscrowDeposit.query({ client: trx })
+        .where('confirmed_by_event_id', change.eventId)
+        .firstOrFail()
+      change.escrowConfirmed = {
+        quoteId: row.quoteId,
+        payoutId: change.payout.payoutUuid,
+        txHash: row.txHash,
+      }
+    }
+  }
+
+  /** The deposit a change confirmed: its own annotation, else (rebuilt) the stored mark. */
+  async confirmedBy(change: PayoutChange): Promise<EscrowEvent | null> {
+    if (change.escrowConfirmed !== undefined) return change.escrowConfirmed
+    if (!showsDetection(change)) return null
+    const row = await EscrowDeposit.query({ connection: this.#options.connection })
+      .where('confirmed_by_event_id', change.eventId)
+      .first()
+    return row ? { quoteId: row.quoteId, payoutId: row.payoutUuid, txHash: row.txHash } : null
   }
 
   async run(): Promise<EscrowSummary> {

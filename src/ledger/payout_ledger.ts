@@ -5,7 +5,7 @@ import { dbDate } from '../database/dates.ts'
 import { locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
-import type { ObservationSource, PayoutChangedEvent } from '../types/events.ts'
+import type { EscrowEvent, ObservationSource, PayoutChangedEvent } from '../types/events.ts'
 import type { PayoutStatus, PayoutStep } from '../schemas/common.ts'
 import {
   reduce,
@@ -62,6 +62,11 @@ export interface PayoutChange {
   /** The payout_events row that records the change (the outbox entry). */
   eventId: number
   observedAt: DateTime
+  /**
+   * The escrow deposit this change showed detected (set by the `inTransaction` hook); null
+   * when the hook found none; absent when not known (a change rebuilt after a crash).
+   */
+  escrowConfirmed?: EscrowEvent | null
 }
 
 export interface ApplyResult {
@@ -81,6 +86,11 @@ export interface LedgerHooks {
    * listeners have not heard of the payout yet.
    */
   onOwnerAttached?: (change: PayoutChange) => void | Promise<void>
+  /**
+   * Runs inside the applying transaction once its changes are logged (their eventIds
+   * known), before COMMIT: for mirrors that move with the payout (escrow deposits).
+   */
+  inTransaction?: (trx: TransactionClientContract, changes: PayoutChange[]) => Promise<void>
 }
 
 const DECIMAL_FIELDS = new Set([
@@ -305,7 +315,9 @@ export class PayoutLedger {
     const logged = await PayoutEvent.create(logEntry(row, observation, step, observedAt), {
       client: trx,
     })
-    return this.#outcome(row, observation, step, observedAt, logged.id)
+    const outcome = this.#outcome(row, observation, step, observedAt, logged.id)
+    if (outcome.change) await this.hooks.inTransaction?.(trx, [outcome.change])
+    return outcome
   }
 
   /**
@@ -351,9 +363,12 @@ export class PayoutLedger {
     // One statement numbers its rows in VALUES order; RETURNING's own order is not promised.
     const ids = inserted.map((r) => Number(r.id)).sort((x, y) => x - y)
     if (ids.length !== applied.length) throw new Error('payout events were not all logged')
-    return applied.map((a, index) =>
+    const outcomes = applied.map((a, index) =>
       this.#outcome(a.snapshot, a.observation, a.step, a.observedAt, ids[index])
     )
+    const changes = outcomes.flatMap(({ change }) => (change ? [change] : []))
+    if (changes.length > 0) await this.hooks.inTransaction?.(trx, changes)
+    return outcomes
   }
 
   /**

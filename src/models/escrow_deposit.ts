@@ -43,6 +43,10 @@ export default class EscrowDeposit extends BaseModel {
   @column.dateTime()
   declare confirmAttemptedAt: DateTime | null
 
+  /** The payout change that showed automatic detection (payout_events id), if that is how. */
+  @column()
+  declare confirmedByEventId: number | null
+
   @column.dateTime({ autoCreate: true })
   declare createdAt: DateTime
 

@@ -135,9 +135,11 @@ export class PayoutsService {
     const ledger = new PayoutLedger(
       db,
       {
-        onChange: (change) => this.#onChange(change, toChangedEvent),
+        onChange: (change) => this.#onChange(change, toChangedEvent, escrow),
         // The owner's listeners missed the payout's changes so far: its current position.
         onOwnerAttached: (change) => this.#broadcast(toChangedEvent(change), { ownerOnly: true }),
+        // A deposit the service detected moves with the payout, in the same COMMIT.
+        inTransaction: (trx, changes) => escrow.confirmDetected(trx, changes),
       },
       connection
     )
@@ -223,9 +225,23 @@ export class PayoutsService {
   }
 
   /** App events and broadcasts, after COMMIT, once per real change. */
-  async #onChange(change: PayoutChange, project: (change: PayoutChange) => PayoutChangedEvent) {
+  async #onChange(
+    change: PayoutChange,
+    project: (change: PayoutChange) => PayoutChangedEvent,
+    escrow: Pick<EscrowFallback, 'confirmedBy'>
+  ) {
     const event = project(change)
     const emitter = this.#deps.emitter
+    try {
+      // The deposit first: the payout moved because the service had it.
+      const deposit = await escrow.confirmedBy(change)
+      if (deposit && emitter) await emitter.emit('payouts:escrow_confirmed', deposit)
+    } catch (error) {
+      this.#deps.logger.error(
+        { err: error, event: 'payouts:escrow_confirmed' },
+        'payouts listener failed'
+      )
+    }
     try {
       if (emitter) {
         if (change.created) await emitter.emit('payouts:created', event)

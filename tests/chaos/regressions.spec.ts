@@ -66,6 +66,45 @@ test.group(`Chaos regressions | outbox (${TEST_DB})`, () => {
   })
 })
 
+test.group(`Chaos regressions | escrow detection (${TEST_DB})`, () => {
+  test('a detection committed by a process that died before its events fires payouts:escrow_confirmed later, once', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, client } = await setup(cleanup)
+    const escrow = new EscrowFallback({ db, client })
+    const payoutId = '0f4c3f6e-2222-4a4a-8b8b-000000000002'
+    const quoteId = '0f4c3f6e-3333-4a4a-8b8b-000000000003'
+    const hooks = { inTransaction: escrow.confirmDetected.bind(escrow) }
+    await new PayoutLedger(db, { ...hooks, onChange: () => {} }).apply({
+      payoutId,
+      status: 'pending',
+      source: 'execute',
+      fields: { flow: 'stablecoin_to_fiat' },
+    })
+    await EscrowDeposit.create({ quoteId, payoutUuid: payoutId, state: 'awaiting_deposit' })
+    // The detecting change commits with the deposit, then its process "dies" in the hook.
+    const dying = new PayoutLedger(db, { ...hooks, onChange: () => new Promise(() => {}) })
+    void dying.apply({ payoutId, status: 'processing', step: 'collected', source: 'webhook' })
+    const deposit = await waitFor(
+      'the detection to commit',
+      () => EscrowDeposit.query().where('quote_id', quoteId).where('state', 'confirmed').first(),
+      { timeoutMs: 5000, everyMs: 10 }
+    )
+    const fired: Array<Awaited<ReturnType<EscrowFallback['confirmedBy']>>> = []
+    const restarted = new PayoutLedger(db, {
+      ...hooks,
+      onChange: async (change) => void fired.push(await escrow.confirmedBy(change)),
+    })
+    assert.equal(await restarted.renotify({ olderThanMs: 0 }), 1)
+    assert.deepEqual(fired, [{ quoteId, payoutId, txHash: null }])
+    assert.isNotNull(deposit.confirmedByEventId)
+    // A later change of the same payout is no detection: nothing more to fire.
+    await restarted.apply({ payoutId, status: 'completed', step: 'delivered', source: 'poll' })
+    assert.deepEqual(fired, [{ quoteId, payoutId, txHash: null }, null])
+  })
+})
+
 test.group(`Chaos regressions | executor (${TEST_DB})`, () => {
   test('storing the same stablecoin response twice keeps the recorded deposit', async ({
     assert,

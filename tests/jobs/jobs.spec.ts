@@ -102,6 +102,50 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     )
   })
 
+  test('a deposit the service detects is confirmed with the payout that shows it, once, before the payout events', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, app, payouts, stable } = await setup(cleanup)
+    const { result } = await payouts.execute(stable)
+    const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId })
+    await emu.admin.advance(60_000)
+    // Polling brings the payout out of pending: the deposit moves in the same COMMIT.
+    await payouts.reconcile({ staleAfterMs: 0 })
+    const payout = await Payout.findByOrFail('payoutUuid', result.payoutId)
+    assert.notEqual(payout.status, 'pending')
+    const deposit = await EscrowDeposit.findByOrFail('quoteId', result.quoteId)
+    assert.equal(deposit.state, 'confirmed')
+    assert.isNotNull(deposit.confirmedByEventId)
+    const names = app.events.map((e) => e.name).filter((name) => name.startsWith('payouts:'))
+    assert.deepEqual(
+      app.events.filter((e) => e.name === 'payouts:escrow_confirmed').map((e) => e.data),
+      [{ quoteId: result.quoteId, payoutId: result.payoutId, txHash: null }]
+    )
+    assert.isBelow(
+      names.indexOf('payouts:escrow_confirmed'),
+      names.lastIndexOf('payouts:status_updated')
+    )
+    // The host's own record afterwards changes nothing, and nothing is confirmed by hand.
+    const recorded = await payouts.escrow.recordDeposit({
+      quoteId: result.quoteId,
+      txHash,
+      confirmedAt: DateTime.now().minus({ minutes: 30 }),
+    })
+    assert.equal(recorded.state, 'confirmed')
+    assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
+    await emu.admin.advance(600_000)
+    await payouts.reconcile({ staleAfterMs: 0 })
+    assert.lengthOf(
+      app.events.filter((e) => e.name === 'payouts:escrow_confirmed'),
+      1
+    )
+    assert.lengthOf(
+      [...emu.state.idempotency.keys()].filter((k) => k.includes('confirm-escrow')),
+      0
+    )
+  })
+
   test('a deposit detected automatically is not confirmed by hand', async ({ assert, cleanup }) => {
     const { emu, payouts, stable } = await setup(cleanup)
     const { result } = await payouts.execute(stable)
