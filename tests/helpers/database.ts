@@ -75,3 +75,12 @@ export async function setupDatabase(
   })
   return { db, prefix, emitter }
 }
+
+/** Every SQL statement the connection sends from now on, in order (a live array). */
+export function recordStatements(db: Database, connection?: string): string[] {
+  const statements: string[] = []
+  db.connection(connection)
+    .getWriteClient()
+    .on('query', (query: { sql: string }) => void statements.push(query.sql.trim()))
+  return statements
+}

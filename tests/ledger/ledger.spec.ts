@@ -10,7 +10,7 @@ import {
 } from '../../src/ledger/payout_ledger.ts'
 import { mapExecuteStatus, reduce } from '../../src/ledger/state_machine.ts'
 import { Payout, PayoutEvent } from '../../src/models/main.ts'
-import { setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { recordStatements, setupDatabase, TEST_DB } from '../helpers/database.ts'
 
 /** A genuine trajectory of one payout, as the service would report it. */
 function trajectory(
@@ -275,12 +275,8 @@ test.group(`Ledger | applyBatch (${TEST_DB})`, () => {
     const { db } = await setupDatabase(cleanup, 'batch')
     const changes: PayoutChange[] = []
     const ledger = new PayoutLedger(db, { onChange: (change) => void changes.push(change) })
-    const begins = { count: 0 }
-    db.connection()
-      .getWriteClient()
-      .on('query', (query: { sql: string }) => {
-        if (/^begin/i.test(query.sql.trim())) begins.count++
-      })
+    const statements = recordStatements(db)
+    const begins = () => statements.filter((sql) => /^begin/i.test(sql)).length
     await fc.assert(
       fc.asyncProperty(fc.integer({ min: 0, max: 2 ** 31 }), async (seed) => {
         const outcomes = ['completed', 'failed', 'cancelled'] as const
@@ -300,9 +296,9 @@ test.group(`Ledger | applyBatch (${TEST_DB})`, () => {
         for (const index of order) await ledger.apply(serial[index])
         const serialChanges = changes.length
         changes.length = 0
-        const before = begins.count
+        const before = begins()
         const results = await ledger.applyBatch(order.map((index) => grouped[index]))
-        assert.equal(begins.count - before, 1, 'one transaction for the batch')
+        assert.equal(begins() - before, 1, 'one transaction for the batch')
         assert.lengthOf(results, order.length)
         assert.equal(changes.length, serialChanges, 'as many changes as one by one')
         const rename = (map: Record<string, unknown>, ids: string[]) => ids.map((id) => map[id])
@@ -429,17 +425,14 @@ test.group(`Ledger | applyBatch (${TEST_DB})`, () => {
   }) => {
     const { db } = await setupDatabase(cleanup, 'batch')
     const ledger = new PayoutLedger(db)
-    const statements: string[] = []
-    db.connection()
-      .getWriteClient()
-      .on('query', (query: { sql: string }) => void statements.push(query.sql))
+    const statements = recordStatements(db)
     const ids = Array.from({ length: 40 }, () => randomUUID())
     // Two observations per payout: 80 observations, 40 payouts.
     const observations = ids.flatMap((id) => trajectory(id, 'completed').slice(0, 2))
     await ledger.applyBatch(observations)
     const during = statements.slice(
-      statements.findIndex((sql) => /^begin/i.test(sql.trim())),
-      statements.findIndex((sql) => /^commit/i.test(sql.trim())) + 1
+      statements.findIndex((sql) => /^begin/i.test(sql)),
+      statements.findIndex((sql) => /^commit/i.test(sql)) + 1
     )
     // begin, select, insert, select, 40 saves, one insert into the log, commit.
     assert.isAtMost(during.length, ids.length + 6)

@@ -5,7 +5,7 @@ import { WebhookDelivery } from '../../src/models/main.ts'
 import { InboxProcessor } from '../../src/webhooks/inbox_processor.ts'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
 import { PermanentEventError } from '../../src/webhooks/event_mapper.ts'
-import { setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { recordStatements, setupDatabase, TEST_DB } from '../helpers/database.ts'
 
 const logger = new Logger({ enabled: false })
 /** A signed-looking delivery of a payout.created event (the store does not verify). */
@@ -133,13 +133,12 @@ test.group(`Webhooks | inbox (${TEST_DB})`, () => {
 test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
   /** Counts the INSERT statements the database receives. */
   function countInserts(db: Awaited<ReturnType<typeof setupDatabase>>['db'], table: string) {
-    const seen = { inserts: 0 }
-    db.connection()
-      .getWriteClient()
-      .on('query', (query: { sql: string }) => {
-        if (/^insert/i.test(query.sql) && query.sql.includes(table)) seen.inserts++
-      })
-    return seen
+    const statements = recordStatements(db)
+    return {
+      get inserts() {
+        return statements.filter((sql) => /^insert/i.test(sql) && sql.includes(table)).length
+      },
+    }
   }
 
   for (const rowByRow of [false, true]) {

@@ -3,7 +3,7 @@ import { test } from '@japa/runner'
 import { request } from 'undici'
 import { Payout, WebhookDelivery } from '../../src/models/main.ts'
 import { signPayload } from '../../src/signature/main.ts'
-import { TEST_DB } from '../helpers/database.ts'
+import { recordStatements, TEST_DB } from '../helpers/database.ts'
 import { startHttpApp, type HttpApp } from '../helpers/http_app.ts'
 
 const SECRET = 'whsec_current_secret'
@@ -109,15 +109,13 @@ test.group(`Webhooks | signed route (${TEST_DB})`, () => {
       })
     )
     const db = await app.app.container.make('lucid.db')
-    const logged: string[] = []
-    db.connection()
-      .getWriteClient()
-      .on('query', (query: { sql: string }) => {
-        if (/insert into \S*payout_events/i.test(query.sql)) logged.push(query.sql)
-      })
+    const statements = recordStatements(db)
     await app.payouts.drainInbox()
     // Batches of 2, 2 and 1: three transactions, each logging its observations at once.
-    assert.lengthOf(logged, 3)
+    assert.lengthOf(
+      statements.filter((sql) => /insert into \S*payout_events/i.test(sql)),
+      3
+    )
     const payouts = await Payout.query().whereIn(
       'payout_uuid',
       events.map((e) => e.data.payoutId)
