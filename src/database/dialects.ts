@@ -15,3 +15,8 @@ const SQLITE_DIALECTS = new Set(['sqlite3', 'better-sqlite3', 'libsql'])
 export function locksRows(client: QueryClientContract): boolean {
   return !SQLITE_DIALECTS.has(client.dialect.name)
 }
+
+/** Rows an UPDATE touched: Lucid answers a count on some dialects, `[count]` on others. */
+export function affectedRows(result: unknown): number {
+  return Number(Array.isArray(result) ? result[0] : result)
+}

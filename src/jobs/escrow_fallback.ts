@@ -4,6 +4,7 @@ import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { EscrowConfirmationFailedError } from '../client/errors.ts'
 import type { PayoutsClient } from '../client/payouts_client.ts'
 import { dbDate } from '../database/dates.ts'
+import { affectedRows } from '../database/dialects.ts'
 import { E_ESCROW_CONFIRMATION_IN_FLIGHT } from '../errors.ts'
 import type { PayoutChange } from '../ledger/payout_ledger.ts'
 import EscrowDeposit from '../models/escrow_deposit.ts'
@@ -94,7 +95,7 @@ export class EscrowFallback {
         updated_at: dbDate(sql),
       })
     const current = (await find())!
-    if (Number(Array.isArray(updated) ? updated[0] : updated) === 1) return current
+    if (affectedRows(updated) === 1) return current
     if (current.state === 'confirm_requested' && current.txHash !== input.txHash) {
       throw new E_ESCROW_CONFIRMATION_IN_FLIGHT([input.quoteId, current.txHash ?? ''])
     }
@@ -122,7 +123,7 @@ export class EscrowFallback {
           updated_at: dbDate(trx),
         })
       change.escrowConfirmed = null
-      if (Number(Array.isArray(updated) ? updated[0] : updated) === 0) continue
+      if (affectedRows(updated) === 0) continue
       const row = await EscrowDeposit.query({ client: trx })
         .where('confirmed_by_event_id', change.eventId)
         .firstOrFail()
@@ -176,7 +177,7 @@ export class EscrowFallback {
         state: 'confirm_requested',
         confirm_attempted_at: dbDate(sql, now),
       })
-      if (Number(Array.isArray(claimed) ? claimed[0] : claimed) !== 1) continue
+      if (affectedRows(claimed) !== 1) continue
       deposit.merge({ state: 'confirm_requested', confirmAttemptedAt: now })
       deposit.$hydrateOriginals()
       summary.checked++

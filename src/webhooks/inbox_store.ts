@@ -1,6 +1,6 @@
 import type { Database } from '@adonisjs/lucid/database'
 import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
-import { RETURNING_DIALECTS } from '../database/dialects.ts'
+import { affectedRows, locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
 import { dbDate } from '../database/dates.ts'
 
 /** A delivery as the route hands it to the inbox. */
@@ -76,6 +76,11 @@ export class InboxStore {
     return this.db.connection(this.connection)
   }
 
+  /** Multi-row statements with RETURNING here (not MySQL, nor when row by row is forced). */
+  #batches(client: QueryClientContract): boolean {
+    return !this.options.rowByRow && RETURNING_DIALECTS.has(client.dialect.name)
+  }
+
   /**
    * Persists a delivery; a Svc-Delivery-Id seen before is reported as a duplicate. It
    * resolves only once the row is committed. Deliveries arriving together share one
@@ -100,7 +105,7 @@ export class InboxStore {
     while (this.#waiting.length > 0) {
       const batch = this.#waiting.splice(0, MAX_BATCH)
       const client = this.#client()
-      if (this.options.rowByRow || !RETURNING_DIALECTS.has(client.dialect.name)) {
+      if (!this.#batches(client)) {
         // No INSERT ... ON CONFLICT ... RETURNING (MySQL, MariaDB): one row at a time,
         // each delivery told its own outcome.
         for (const entry of batch) {
@@ -191,7 +196,7 @@ export class InboxStore {
     if (candidates.length === 0) return []
     const lease = dbDate(client, new Date(now.getTime() + leaseMs))
 
-    if (!this.options.rowByRow && RETURNING_DIALECTS.has(client.dialect.name)) {
+    if (this.#batches(client)) {
       // One statement claims the batch. The due condition is checked again inside it, so a
       // row another instance claimed in between (its lease now in the future) is skipped.
       const claimedRows: any[] = await due(
@@ -220,7 +225,7 @@ export class InboxStore {
         .where('state', candidate.state)
         .where('attempts', candidate.attempts)
         .update({ state: 'processing', next_attempt_at: lease, attempts: candidate.attempts + 1 })
-      if (Number(Array.isArray(updated) ? updated[0] : updated) !== 1) continue
+      if (affectedRows(updated) !== 1) continue
       const row = await client.from(this.table).where('id', candidate.id).first()
       // Deleted between the claim and the read (pruning, an operator): nothing to process.
       if (!row) continue
@@ -231,7 +236,7 @@ export class InboxStore {
 
   /** Whether `processDueInTransaction` works here (it needs UPDATE ... RETURNING). */
   get claimsInTransaction(): boolean {
-    return !this.options.rowByRow && RETURNING_DIALECTS.has(this.#client().dialect.name)
+    return this.#batches(this.#client())
   }
 
   /**
@@ -252,7 +257,7 @@ export class InboxStore {
       const candidates = this.#due(trx.knexQuery().table(this.table).select('id'), trx, now)
         .orderBy('id', 'asc')
         .limit(limit)
-      if (['postgres', 'redshift'].includes(trx.dialect.name)) candidates.forUpdate().skipLocked()
+      if (locksRows(trx)) candidates.forUpdate().skipLocked()
       const claimed: any[] = await this.#due(
         trx.knexQuery().table(this.table).whereIn('id', candidates),
         trx,
