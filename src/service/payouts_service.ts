@@ -183,17 +183,6 @@ export class PayoutsService {
       },
     })
     const recipients = new RecipientsMirror(this.client, connection)
-    const emit = async (
-      name: 'payouts:stuck' | 'payouts:escrow_confirmed' | 'payouts:escrow_confirmation_failed',
-      data: any
-    ) => {
-      try {
-        await this.#deps.emitter?.emit(name, data)
-      } catch (error) {
-        // Like #onChange: a failing listener must not undo or repeat the job's work.
-        this.#deps.logger.error({ err: error, event: name }, 'payouts listener failed')
-      }
-    }
     const reconciler = new Reconciler({
       db,
       ledger,
@@ -201,20 +190,20 @@ export class PayoutsService {
       connection,
       ...this.config.reconcile,
       stuckAfterMs: this.config.jobs.stuckAfterMs,
-      onStuck: (event) => emit('payouts:stuck', event),
+      onStuck: (event) => this.#emitSafely('payouts:stuck', event),
     })
     const escrow = new EscrowFallback({
       db,
       client: this.client,
       connection,
       confirmAfterMinutes: this.config.jobs.escrowConfirmAfterMinutes,
-      onConfirmed: (event) => emit('payouts:escrow_confirmed', event),
+      onConfirmed: (event) => this.#emitSafely('payouts:escrow_confirmed', event),
       onFailed: (event) => {
         this.#deps.logger.error(
           { quoteId: event.quoteId, error: event.error },
           'payouts escrow confirmation failed'
         )
-        return emit('payouts:escrow_confirmation_failed', event)
+        return this.#emitSafely('payouts:escrow_confirmation_failed', event)
       },
     })
     const cipher = await this.#deps.encryption?.()
@@ -222,6 +211,18 @@ export class PayoutsService {
       ? new SecretStore(db, tableNames(tablePrefix).webhookSecrets, cipher, connection)
       : null
     return { db, ledger, executor, recipients, reconciler, escrow, inbox, processor, secrets }
+  }
+
+  /** A job's or a deposit's event: a failing listener must not undo or repeat the work. */
+  async #emitSafely(
+    name: 'payouts:stuck' | 'payouts:escrow_confirmed' | 'payouts:escrow_confirmation_failed',
+    data: any
+  ) {
+    try {
+      await this.#deps.emitter?.emit(name, data)
+    } catch (error) {
+      this.#deps.logger.error({ err: error, event: name }, 'payouts listener failed')
+    }
   }
 
   /** App events and broadcasts, after COMMIT, once per real change. */
@@ -232,16 +233,12 @@ export class PayoutsService {
   ) {
     const event = project(change)
     const emitter = this.#deps.emitter
-    try {
-      // The deposit first: the payout moved because the service had it.
-      const deposit = await escrow.confirmedBy(change)
-      if (deposit && emitter) await emitter.emit('payouts:escrow_confirmed', deposit)
-    } catch (error) {
-      this.#deps.logger.error(
-        { err: error, event: 'payouts:escrow_confirmed' },
-        'payouts listener failed'
-      )
-    }
+    // The deposit first: the payout moved because the service had it.
+    const deposit = await escrow.confirmedBy(change).catch((error) => {
+      this.#deps.logger.error({ err: error }, 'payouts escrow detection not read')
+      return null
+    })
+    if (deposit) await this.#emitSafely('payouts:escrow_confirmed', deposit)
     try {
       if (emitter) {
         if (change.created) await emitter.emit('payouts:created', event)
