@@ -267,14 +267,18 @@ export class PayoutLedger {
   }
 
   /** `notify` for a batch, in order, with one statement marking every notified change. */
-  async notifyBatch({ outcomes }: AppliedBatch) {
+  async notifyBatch({
+    outcomes,
+  }: {
+    outcomes: Array<{ change: PayoutChange | null; result?: ApplyResult }>
+  }) {
     const ids = outcomes.flatMap(({ change }) => (change ? [change.eventId] : []))
     for (const id of ids) this.#notifying.add(id)
     const notified: number[] = []
     try {
       for (const { change, result } of outcomes) {
         if (!change) {
-          await this.notify(null, result)
+          await this.#announceOwner(result)
           continue
         }
         if (this.hooks.onChange) await this.hooks.onChange(change)
@@ -502,21 +506,14 @@ export class PayoutLedger {
    * Without a change, `result` may still announce an owner attached to the payout.
    */
   async notify(change: PayoutChange | null, result?: ApplyResult) {
-    if (!change) {
-      if (result?.ownerAttached && this.hooks.onOwnerAttached) {
-        const latest = await this.#latestChange(result.payout)
-        if (latest) await this.hooks.onOwnerAttached(latest)
-      }
-      return
-    }
-    this.#notifying.add(change.eventId)
-    try {
-      if (this.hooks.onChange) await this.hooks.onChange(change)
-      // Not marked (database away): renotify fires it again later, with the same eventId.
-      await this.#markNotified([change.eventId]).catch(() => {})
-    } finally {
-      this.#notifying.delete(change.eventId)
-    }
+    await this.notifyBatch({ outcomes: [{ change, result }] })
+  }
+
+  /** An owner given to a payout whose changes went out without one: its position now. */
+  async #announceOwner(result?: ApplyResult) {
+    if (!result?.ownerAttached || !this.hooks.onOwnerAttached) return
+    const latest = await this.#latestChange(result.payout)
+    if (latest) await this.hooks.onOwnerAttached(latest)
   }
 
   /**
