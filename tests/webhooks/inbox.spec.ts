@@ -17,22 +17,23 @@ const delivery = (deliveryId: string, data: object = { payoutId: deliveryId }) =
   source: 'webhook' as const,
 })
 
-const event = Buffer.from(JSON.stringify({ type: 'payout.created', data: { payoutId: 'p1' } }))
+/** A fresh inbox table, and a store on it (row by row when asked, as on MySQL). */
+async function freshInbox(
+  cleanup: (fn: () => Promise<void>) => void,
+  options: { rowByRow?: boolean } = {}
+) {
+  const { db, prefix } = await setupDatabase(cleanup, 'inbox')
+  const table = tableNames(prefix).webhookDeliveries
+  return { db, table, store: new InboxStore(db, table, undefined, options) }
+}
 
 test.group(`Webhooks | inbox (${TEST_DB})`, () => {
   test('a failing handler is retried with exponential backoff, then dead-lettered', async ({
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
-    const store = new InboxStore(db, tableNames(prefix).webhookDeliveries)
-    await store.insert({
-      deliveryId: 'd1',
-      eventType: 'payout.created',
-      rawBody: event,
-      signatureHeader: 't=1,v1=x',
-      source: 'webhook',
-    })
+    const { store } = await freshInbox(cleanup)
+    await store.insert(delivery('d1'))
     let clock = Date.parse('2026-01-01T00:00:00Z')
     let calls = 0
     const processor = new InboxProcessor({
@@ -69,17 +70,8 @@ test.group(`Webhooks | inbox (${TEST_DB})`, () => {
       assert,
       cleanup,
     }) => {
-      const { db, prefix } = await setupDatabase(cleanup, 'inbox')
-      const store = new InboxStore(db, tableNames(prefix).webhookDeliveries, undefined, {
-        rowByRow,
-      })
-      await store.insert({
-        deliveryId: 'd2',
-        eventType: 'payout.created',
-        rawBody: event,
-        signatureHeader: null,
-        source: 'webhook',
-      })
+      const { store } = await freshInbox(cleanup, { rowByRow })
+      await store.insert(delivery('d2'))
       const t0 = new Date('2026-01-01T00:00:00Z')
       const claimed = await store.claimDue(t0, 10, 60_000)
       assert.lengthOf(claimed, 1)
@@ -101,17 +93,9 @@ test.group(`Webhooks | inbox (${TEST_DB})`, () => {
       assert,
       cleanup,
     }) => {
-      const { db, prefix } = await setupDatabase(cleanup, 'inbox')
-      const table = tableNames(prefix).webhookDeliveries
-      const store = new InboxStore(db, table, undefined, { rowByRow })
+      const { db, table, store } = await freshInbox(cleanup, { rowByRow })
       for (let i = 0; i < 30; i++) {
-        await store.insert({
-          deliveryId: `d${i}`,
-          eventType: 'payout.created',
-          rawBody: event,
-          signatureHeader: null,
-          source: 'webhook',
-        })
+        await store.insert(delivery(`d${i}`))
       }
       const seen: number[] = []
       const make = () =>
@@ -147,9 +131,7 @@ test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
       assert,
       cleanup,
     }) => {
-      const { db, prefix } = await setupDatabase(cleanup, 'inbox')
-      const table = tableNames(prefix).webhookDeliveries
-      const store = new InboxStore(db, table, undefined, { rowByRow })
+      const { db, table, store } = await freshInbox(cleanup, { rowByRow })
       assert.equal(await store.insert(delivery('seen-before')), 'stored')
       const seen = countInserts(db, table)
 
@@ -182,9 +164,7 @@ test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
-    const table = tableNames(prefix).webhookDeliveries
-    const store = new InboxStore(db, table)
+    const { db, table, store } = await freshInbox(cleanup)
     const seen = countInserts(db, table)
     const outcomes = await Promise.all(
       Array.from({ length: 450 }, (_, i) => store.insert(delivery(`burst-${i}`)))
@@ -209,9 +189,7 @@ test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
-    const table = tableNames(prefix).webhookDeliveries
-    const store = new InboxStore(db, table)
+    const { db, table, store } = await freshInbox(cleanup)
     // The refused row sinks the statement it shares with the other two.
     assert.deepEqual(await burstWithARefusedRow(store), ['rejected', 'rejected', 'rejected'])
     const [{ total }] = await db.from(table).count('* as total')
@@ -224,9 +202,7 @@ test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
   })
 
   test('row by row (as on MySQL), a refused row fails alone', async ({ assert, cleanup }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
-    const table = tableNames(prefix).webhookDeliveries
-    const store = new InboxStore(db, table, undefined, { rowByRow: true })
+    const { db, table, store } = await freshInbox(cleanup, { rowByRow: true })
     assert.deepEqual(await burstWithARefusedRow(store), ['fulfilled', 'rejected', 'fulfilled'])
     const rows = await db.from(table).select('delivery_id').orderBy('id')
     assert.deepEqual(
@@ -241,9 +217,7 @@ test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
-    const table = tableNames(prefix).webhookDeliveries
-    const store = new InboxStore(db, table)
+    const { db, table, store } = await freshInbox(cleanup)
     await Promise.all(['a', 'b', 'c', 'd'].map((id) => store.insert(delivery(id))))
     await store.insert({ ...delivery('garbled'), rawBody: Buffer.from('not json') })
     const batches: string[][] = []
@@ -302,9 +276,7 @@ test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
-    const table = tableNames(prefix).webhookDeliveries
-    const store = new InboxStore(db, table)
+    const { db, table, store } = await freshInbox(cleanup)
     await Promise.all(['a', 'b', 'c'].map((id) => store.insert(delivery(id))))
     await store.insert(delivery('bad', { nothing: true }))
     let batchCalls = 0
@@ -350,8 +322,7 @@ test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'inbox')
-    const table = tableNames(prefix).webhookDeliveries
+    const { db, table } = await freshInbox(cleanup)
     await Promise.all(
       Array.from({ length: 40 }, (_, i) => new InboxStore(db, table).insert(delivery(`d${i}`)))
     )
