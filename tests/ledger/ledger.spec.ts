@@ -59,6 +59,14 @@ function trajectory(
   ]
 }
 
+/** A fresh database, and ledgers on it that record every change they notify. */
+async function recordingLedger(cleanup: (fn: () => Promise<void>) => void, name: string) {
+  const { db } = await setupDatabase(cleanup, name)
+  const changes: PayoutChange[] = []
+  const make = () => new PayoutLedger(db, { onChange: (change) => void changes.push(change) })
+  return { db, changes, ledger: make(), make }
+}
+
 test.group('Ledger | state machine', () => {
   test('execute-time statuses map to pending; read statuses pass through', ({ assert }) => {
     assert.deepEqual(
@@ -232,9 +240,7 @@ test.group(`Ledger | apply (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db } = await setupDatabase(cleanup, 'concurrency')
-    const changes: PayoutChange[] = []
-    const ledger = new PayoutLedger(db, { onChange: (change) => void changes.push(change) })
+    const { changes, ledger } = await recordingLedger(cleanup, 'concurrency')
     const payoutId = randomUUID()
     const base = trajectory(payoutId, 'completed')
     const observations = Array.from({ length: 20 }, (_, i) => base[i % base.length])
@@ -272,9 +278,7 @@ test.group(`Ledger | applyBatch (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db } = await setupDatabase(cleanup, 'batch')
-    const changes: PayoutChange[] = []
-    const ledger = new PayoutLedger(db, { onChange: (change) => void changes.push(change) })
+    const { db, changes, ledger } = await recordingLedger(cleanup, 'batch')
     const statements = recordStatements(db)
     const begins = () => statements.filter((sql) => /^begin/i.test(sql)).length
     await fc.assert(
@@ -330,9 +334,7 @@ test.group(`Ledger | applyBatch (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db } = await setupDatabase(cleanup, 'batch')
-    const changes: PayoutChange[] = []
-    const ledger = new PayoutLedger(db, { onChange: (change) => void changes.push(change) })
+    const { changes, ledger } = await recordingLedger(cleanup, 'batch')
     const outcomes = ['completed', 'failed', 'cancelled'] as const
     // Per observation: which payout, which id it goes by, and which owner it gives.
     const shape = fc.array(
@@ -450,9 +452,7 @@ test.group(`Ledger | applyBatch (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db } = await setupDatabase(cleanup, 'batch')
-    const changes: PayoutChange[] = []
-    const make = () => new PayoutLedger(db, { onChange: (change) => void changes.push(change) })
+    const { changes, make } = await recordingLedger(cleanup, 'batch')
     const ids = Array.from({ length: 6 }, () => randomUUID())
     const all = ids.flatMap((id) => trajectory(id, 'completed'))
     // Opposite orders: without ordered locking, PostgreSQL would find a deadlock here.
@@ -472,9 +472,7 @@ test.group(`Ledger | applyBatch (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db } = await setupDatabase(cleanup, 'batch')
-    const changes: PayoutChange[] = []
-    const ledger = new PayoutLedger(db, { onChange: (change) => void changes.push(change) })
+    const { changes, ledger } = await recordingLedger(cleanup, 'batch')
     const good = randomUUID()
     // No payout id: the database refuses the query, whatever the dialect.
     const bad = { ...trajectory(randomUUID(), 'completed')[0], payoutId: undefined as any }
