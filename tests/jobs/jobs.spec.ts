@@ -122,10 +122,12 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
       app.events.filter((e) => e.name === 'payouts:escrow_confirmed').map((e) => e.data),
       [{ quoteId: result.quoteId, payoutId: result.payoutId, txHash: null }]
     )
-    assert.isBelow(
-      names.indexOf('payouts:escrow_confirmed'),
-      names.lastIndexOf('payouts:status_updated')
-    )
+    // The execute's creation, then the deposit, then the change that showed it.
+    assert.deepEqual(names.slice(0, 3), [
+      'payouts:created',
+      'payouts:escrow_confirmed',
+      'payouts:status_updated',
+    ])
     // The host's own record afterwards changes nothing, and nothing is confirmed by hand.
     const recorded = await payouts.escrow.recordDeposit({
       quoteId: result.quoteId,
