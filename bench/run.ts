@@ -110,6 +110,13 @@ function removeSqlite(file: string) {
 }
 
 /** Whether PostgreSQL answers on 127.0.0.1 within 3 s; the reason when it does not. */
+/** Why a configuration cannot run here (PostgreSQL away), or null. */
+async function unavailable(config: DbConfig): Promise<string | null> {
+  if (config.db !== 'pg') return null
+  const reason = await pgAvailable()
+  return reason ? `PostgreSQL unavailable: ${reason}` : null
+}
+
 async function pgAvailable(): Promise<string | null> {
   const client = knex({
     client: 'pg',
@@ -567,13 +574,11 @@ async function main() {
   const configs = ONLY.has('ingest') ? CONFIGS.filter((c) => !DBS || DBS.has(c.key)) : []
   for (const config of configs) {
     log(`[${elapsed()}] ${config.key}: ${config.label}`)
-    if (config.db === 'pg') {
-      const reason = await pgAvailable()
-      if (reason) {
-        log(`  skipped: PostgreSQL does not answer (${reason})`)
-        dbs[config.key] = { label: config.label, skipped: `PostgreSQL unavailable: ${reason}` }
-        continue
-      }
+    const skipped = await unavailable(config)
+    if (skipped) {
+      log(`  skipped: ${skipped}`)
+      dbs[config.key] = { label: config.label, skipped }
+      continue
     }
     try {
       dbs[config.key] = await benchDb(config)
@@ -609,19 +614,25 @@ async function main() {
     : []
   const memory: Record<string, MemoryRuns | { skipped: string }> = {}
   for (const config of memoryConfigs) {
-    if (config.db === 'pg') {
-      const reason = await pgAvailable()
-      if (reason) {
-        log(`[${elapsed()}] memory, ${config.key}: skipped, PostgreSQL does not answer (${reason})`)
-        memory[config.key] = { skipped: `PostgreSQL unavailable: ${reason}` }
-        continue
-      }
+    const skipped = await unavailable(config)
+    if (skipped) {
+      log(`[${elapsed()}] memory, ${config.key}: skipped, ${skipped}`)
+      memory[config.key] = { skipped }
+      continue
     }
+    let sqlitePageCacheMB: number | null = null
     const memoryOf = async (path: string): Promise<MemoryResult | { error: string }> => {
       try {
-        return await withApp(config, (child) => measureMemory({ child, path, ...MEMORY }), [
-          '--expose-gc',
-        ])
+        return await withApp(
+          config,
+          async (child) => {
+            const result = await measureMemory({ child, path, ...MEMORY })
+            // Read once the marks are taken, in the same app: nothing to start for it.
+            if (config.db === 'sqlite') sqlitePageCacheMB ??= await sqlitePageCacheLimitMB(child)
+            return result
+          },
+          ['--expose-gc']
+        )
       } catch (error) {
         return { error: (error as Error).message }
       }
@@ -632,10 +643,6 @@ async function main() {
     const insert = await memoryOf(ROUTES.insert)
     log(`[${elapsed()}] memory: the same on the bare route, in a fresh app (the framework alone)`)
     const bare = await memoryOf(ROUTES.bare)
-    const sqlitePageCacheMB =
-      config.db === 'sqlite'
-        ? await withApp(config, (child) => sqlitePageCacheLimitMB(child))
-        : null
     memory[config.key] = { plugin, insert, bare, sqlitePageCacheMB }
   }
 
