@@ -127,16 +127,19 @@ async function main() {
         )
         return { gc: Boolean(gc), ...process.memoryUsage(), spaces }
       },
+      /** How SQLite is opened here (null on PostgreSQL): journal, syncs, page cache. */
       sqlitePragmas: async () => {
-        const cache = await client().rawQuery('PRAGMA cache_size')
-        const page = await client().rawQuery('PRAGMA page_size')
-        return { cacheSize: Number(cache?.[0]?.cache_size), pageSize: Number(page?.[0]?.page_size) }
-      },
-      sqliteJournal: async () => {
         if (db !== 'sqlite') return null
-        const mode = await client().rawQuery('PRAGMA journal_mode')
-        const sync = await client().rawQuery('PRAGMA synchronous')
-        return { journalMode: mode?.[0]?.journal_mode, synchronous: sync?.[0]?.synchronous }
+        const pragma = async (name: string) => {
+          const rows = await client().rawQuery(`PRAGMA ${name}`)
+          return rows?.[0]?.[name]
+        }
+        return {
+          journalMode: await pragma('journal_mode'),
+          synchronous: await pragma('synchronous'),
+          cacheSize: Number(await pragma('cache_size')),
+          pageSize: Number(await pragma('page_size')),
+        }
       },
     },
     () => bench.close()

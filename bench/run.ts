@@ -155,7 +155,7 @@ async function withApp<T>(
 
 interface DbResults {
   label: string
-  sqlite?: { journalMode: string; synchronous: number } | null
+  sqlite?: { journalMode: string; synchronous: number; cacheSize: number; pageSize: number } | null
   ingest?: IngestResult
   fanout?: FanoutResult
   fanoutError?: string
@@ -166,7 +166,7 @@ interface DbResults {
 async function benchDb(config: DbConfig): Promise<DbResults> {
   const results: DbResults = { label: config.label }
   await withApp(config, async (child) => {
-    results.sqlite = await child.call('sqliteJournal')
+    results.sqlite = await child.call('sqlitePragmas')
     log(`  [${elapsed()}] ingest: 3 routes x ${INGEST.rounds} rounds x ${INGEST.roundS}s`)
     results.ingest = await measureIngest(child, INGEST, log)
     log(`  [${elapsed()}] fan-out: ${FANOUT.deliveries} sequential deliveries`)
