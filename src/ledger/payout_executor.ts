@@ -10,7 +10,7 @@ import EscrowDeposit from '../models/escrow_deposit.ts'
 import ExecutionIntent from '../models/execution_intent.ts'
 import type Payout from '../models/payout.ts'
 import { mapExecuteStatus } from './state_machine.ts'
-import type { ApplyResult, PayoutChange, PayoutLedger } from './payout_ledger.ts'
+import type { AppliedBatch, PayoutLedger } from './payout_ledger.ts'
 
 /** What `execute` returns: the typed API result, the local row and the intent. */
 export interface ExecutedPayout {
@@ -125,8 +125,7 @@ export class PayoutExecutor {
   /** Stores the response, the payout and (stablecoin) the escrow row in one transaction. */
   async #store(intent: ExecutionIntent, result: ExecuteResult): Promise<ExecutedPayout> {
     const { ledger } = this.#options
-    let change: PayoutChange | null = null
-    let applied: ApplyResult | undefined
+    let stored: AppliedBatch | undefined
     const payout = await this.#options.db
       .connection(this.#options.connection)
       .transaction(async (trx) => {
@@ -135,33 +134,33 @@ export class PayoutExecutor {
         if ('bankingInstructions' in result && result.bankingInstructions)
           instructions.bankingInstructions = result.bankingInstructions
         if ('paymentUrl' in result && result.paymentUrl) instructions.paymentUrl = result.paymentUrl
-        const stored = await ledger.applyInTransaction(trx, {
-          payoutId: result.payoutId,
-          status: mapExecuteStatus(result.status),
-          step: 'initiated',
-          source: intent.attempts > 1 ? 'recovery' : 'execute',
-          eventType: 'execute',
-          fields: {
-            ownerId: intent.ownerId,
-            flow: result.flow,
-            quoteId: result.quoteId,
-            sourceAmount: body.amount,
-            sourceCurrency: body.fromCurrency,
-            payoutCurrency: body.toCurrency,
-            payoutAmount: result.toAmount,
-            toAmount: result.toAmount,
-            fees: result.fees,
-            partnerFxRate: result.partnerFxRate,
-            effectiveRate: result.effectiveRate,
-            recipientId: body.recipientId,
-            recipientPaymentMethodId: body.recipientPaymentMethodId,
-            paymentPurpose: body.paymentPurpose,
-            reference: body.reference,
-            instructions: Object.keys(instructions).length > 0 ? instructions : null,
+        stored = await ledger.applyBatchInTransaction(trx, [
+          {
+            payoutId: result.payoutId,
+            status: mapExecuteStatus(result.status),
+            step: 'initiated',
+            source: intent.attempts > 1 ? 'recovery' : 'execute',
+            eventType: 'execute',
+            fields: {
+              ownerId: intent.ownerId,
+              flow: result.flow,
+              quoteId: result.quoteId,
+              sourceAmount: body.amount,
+              sourceCurrency: body.fromCurrency,
+              payoutCurrency: body.toCurrency,
+              payoutAmount: result.toAmount,
+              toAmount: result.toAmount,
+              fees: result.fees,
+              partnerFxRate: result.partnerFxRate,
+              effectiveRate: result.effectiveRate,
+              recipientId: body.recipientId,
+              recipientPaymentMethodId: body.recipientPaymentMethodId,
+              paymentPurpose: body.paymentPurpose,
+              reference: body.reference,
+              instructions: Object.keys(instructions).length > 0 ? instructions : null,
+            },
           },
-        })
-        change = stored.change
-        applied = stored.result
+        ])
         if (result.flow === 'stablecoin_to_fiat') {
           // Created once: a second store of the same response (a recovery racing the
           // original call) must not reset a deposit already recorded or confirmed.
@@ -184,9 +183,9 @@ export class PayoutExecutor {
         intent.response = JSON.parse(JSON.stringify(result, JSON_SAFE))
         intent.error = null
         await intent.save()
-        return stored.result.payout
+        return stored.results[0].payout
       })
-    await ledger.notify(change, applied)
+    await ledger.notifyBatch(stored!)
     return { result, payout, intent }
   }
 

@@ -93,6 +93,29 @@ export interface LedgerHooks {
   inTransaction?: (trx: TransactionClientContract, changes: PayoutChange[]) => Promise<void>
 }
 
+/** Every descriptive field, as a merged placeholder hands its own on. */
+const FIELD_KEYS: Array<keyof PayoutFields> = [
+  'ownerId',
+  'flow',
+  'transactionType',
+  'quoteId',
+  'sourceAmount',
+  'sourceCurrency',
+  'payoutAmount',
+  'payoutCurrency',
+  'toAmount',
+  'fees',
+  'partnerFxRate',
+  'effectiveRate',
+  'recipientId',
+  'recipientPaymentMethodId',
+  'paymentMethod',
+  'paymentPurpose',
+  'reference',
+  'providerMetadata',
+  'instructions',
+]
+
 const DECIMAL_FIELDS = new Set([
   'sourceAmount',
   'payoutAmount',
@@ -101,6 +124,19 @@ const DECIMAL_FIELDS = new Set([
   'effectiveRate',
 ])
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+/**
+ * A payout's two ids as a read gave them: the execute UUID (when any id is one, the local
+ * one first) to apply on, and the prefixed read id beside it.
+ */
+export function readIds(
+  local: string,
+  remote: { id: string; payoutId?: string }
+): { payoutId: string; readId: string | null } {
+  const payoutId = [local, remote.payoutId, remote.id].find((id) => id && UUID.test(id)) ?? local
+  const readId = [remote.id, local].find((id) => id !== payoutId && !UUID.test(id)) ?? null
+  return { payoutId, readId }
+}
 
 function toDecimalString(value: number | string): string {
   return typeof value === 'number' ? String(value) : value
@@ -210,10 +246,7 @@ export class PayoutLedger {
   ) {}
 
   async apply(observation: PayoutObservation): Promise<ApplyResult> {
-    const { result, change } = await this.db
-      .connection(this.connection)
-      .transaction((trx) => this.applyInTransaction(trx, observation))
-    await this.notify(change, result)
+    const [result] = await this.applyBatch([observation])
     return result
   }
 
@@ -226,7 +259,6 @@ export class PayoutLedger {
    */
   async applyBatch(observations: PayoutObservation[]): Promise<ApplyResult[]> {
     if (observations.length === 0) return []
-    if (observations.length === 1) return [await this.apply(observations[0])]
     const batch = await this.db
       .connection(this.connection)
       .transaction((trx) => this.applyBatchInTransaction(trx, observations))
@@ -242,31 +274,128 @@ export class PayoutLedger {
     trx: TransactionClientContract,
     observations: PayoutObservation[]
   ): Promise<AppliedBatch> {
-    const order = observations
+    const linked = await this.#linkPlaceholders(trx, observations)
+    // A merged placeholder's position goes first: its payout's own observations follow it.
+    const all = [...linked.folds, ...linked.observations]
+    const order = all
       .map((_, index) => index)
       .sort((a, b) => {
-        const x = observations[a].payoutId
-        const y = observations[b].payoutId
+        const x = all[a].payoutId
+        const y = all[b].payoutId
         return x < y ? -1 : x > y ? 1 : a - b
       })
     const outcomes: AppliedBatch['outcomes'] = []
-    if (observations.length > 1 && RETURNING_DIALECTS.has(trx.dialect.name)) {
+    if (all.length > 1 && RETURNING_DIALECTS.has(trx.dialect.name)) {
       outcomes.push(
         ...(await this.#applySetInTransaction(
           trx,
-          order.map((i) => observations[i])
+          order.map((i) => all[i])
         ))
       )
     } else {
-      for (const index of order)
-        outcomes.push(await this.applyInTransaction(trx, observations[index]))
+      for (const index of order) outcomes.push(await this.#applyOne(trx, all[index]))
     }
     const results: ApplyResult[] = []
-    order.forEach((index, position) => (results[index] = outcomes[position].result))
+    order.forEach((index, position) => {
+      if (index >= linked.folds.length)
+        results[index - linked.folds.length] = outcomes[position].result
+    })
     return { outcomes, results }
   }
 
-  /** `notify` for a batch, in order, with one statement marking every notified change. */
+  /**
+   * A payout first seen by its read id alone has a placeholder row keyed by that read id.
+   * An observation that carries both ids links them: the placeholder becomes the UUID's
+   * row (renamed, its log with it), or, when the UUID has a row of its own, is merged into
+   * it: its log moves over, the row goes, and its position comes back as a fold, an
+   * observation applied first so the UUID's listeners hear what only the read id's heard.
+   * A read id the service gives to two UUIDs is not filled in (the observation still
+   * applies). Costs nothing when no observation carries a read id.
+   */
+  async #linkPlaceholders(
+    trx: TransactionClientContract,
+    observations: PayoutObservation[]
+  ): Promise<{ folds: PayoutObservation[]; observations: PayoutObservation[] }> {
+    const links = new Map<string, string>()
+    for (const o of observations) {
+      if (o.readId && o.readId !== o.payoutId && UUID.test(o.payoutId) && !UUID.test(o.readId))
+        if (!links.has(o.readId)) links.set(o.readId, o.payoutId)
+    }
+    if (links.size === 0) return { folds: [], observations }
+    const query = Payout.query({ client: trx })
+      .where((where) => {
+        where.whereIn('payout_uuid', [...links.keys(), ...links.values()])
+        where.orWhereIn('read_id', [...links.keys()])
+      })
+      .orderBy('id', 'asc')
+    const rows = await (locksRows(trx) ? query.forUpdate() : query)
+    const taken = new Set<string>()
+    const folds: PayoutObservation[] = []
+    for (const [readId, uuid] of links) {
+      const holder = rows.find((r) => r.readId === readId)
+      const target = rows.find((r) => r.payoutUuid === uuid)
+      if (!holder || holder === target) continue
+      if (holder.payoutUuid !== readId || (target?.readId && target.readId !== readId)) {
+        // Another UUID's read id, or a UUID that has one already: the service contradicts
+        // itself; neither row is touched.
+        taken.add(readId)
+        continue
+      }
+      const fold = target ? await this.#foldOf(trx, holder, uuid) : null
+      await trx.from(PayoutEvent.table).where('payout_uuid', readId).update({ payout_uuid: uuid })
+      if (target) {
+        await trx.from(Payout.table).where('id', holder.id).delete()
+        await trx.from(Payout.table).where('id', target.id).update({ read_id: readId })
+        if (fold) folds.push(fold)
+      } else {
+        await trx.from(Payout.table).where('id', holder.id).update({ payout_uuid: uuid })
+      }
+    }
+    return {
+      folds,
+      observations:
+        taken.size === 0
+          ? observations
+          : observations.map((o) => (o.readId && taken.has(o.readId) ? { ...o, readId: null } : o)),
+    }
+  }
+
+  /** A placeholder's position and fields, as an observation of the UUID it turned out to be. */
+  async #foldOf(
+    trx: TransactionClientContract,
+    placeholder: Payout,
+    uuid: string
+  ): Promise<PayoutObservation | null> {
+    if (placeholder.lastObservedAt === null) return null
+    const last = await PayoutEvent.query({ client: trx })
+      .where('payout_uuid', placeholder.payoutUuid)
+      .where('applied', true)
+      .orderBy('id', 'desc')
+      .first()
+    const fields: PayoutFields = {}
+    for (const key of FIELD_KEYS) {
+      const value = (placeholder as any)[key]
+      if (value !== null && value !== undefined) (fields as any)[key] = value
+    }
+    return {
+      payoutId: uuid,
+      readId: placeholder.payoutUuid,
+      status: placeholder.status,
+      step: placeholder.step,
+      completedAt: placeholder.completedAt?.toISO() ?? null,
+      source: (last?.source as ObservationSource | undefined) ?? 'poll',
+      eventType: 'merge',
+      observedAt: placeholder.statusChangedAt ?? DateTime.now(),
+      fields,
+    }
+  }
+
+  /**
+   * Runs the change hook of each change, in order, then marks them notified with one
+   * statement; for callers of `applyBatchInTransaction`, after their COMMIT. A hook that
+   * throws leaves its change to `renotify`. An outcome without a change may still announce
+   * an owner attached to its payout.
+   */
   async notifyBatch({
     outcomes,
   }: {
@@ -291,11 +420,8 @@ export class PayoutLedger {
     }
   }
 
-  /**
-   * The same inside a caller's transaction (execute stores the intent and the payout in
-   * one). The caller must call `notify(change)` after its COMMIT.
-   */
-  async applyInTransaction(
+  /** One observation on its payout's row (locked), inside the batch's transaction. */
+  async #applyOne(
     trx: TransactionClientContract,
     observation: PayoutObservation
   ): Promise<{ result: ApplyResult; change: PayoutChange | null }> {
@@ -500,15 +626,6 @@ export class PayoutLedger {
     return { result, change }
   }
 
-  /**
-   * Runs the change hook, then marks the change notified; for callers of
-   * `applyInTransaction`, after their COMMIT. A hook that throws leaves it to `renotify`.
-   * Without a change, `result` may still announce an owner attached to the payout.
-   */
-  async notify(change: PayoutChange | null, result?: ApplyResult) {
-    await this.notifyBatch({ outcomes: [{ change, result }] })
-  }
-
   /** An owner given to a payout whose changes went out without one: its position now. */
   async #announceOwner(result?: ApplyResult) {
     if (!result?.ownerAttached || !this.hooks.onOwnerAttached) return
@@ -543,7 +660,7 @@ export class PayoutLedger {
         await this.#markNotified([row.id])
         continue
       }
-      await this.notify(change)
+      await this.notifyBatch({ outcomes: [{ change }] })
       notified++
     }
     return notified
@@ -578,7 +695,7 @@ export class PayoutLedger {
       .where('payout_uuid', row.payoutUuid)
       .where('id', '<=', row.id)
       .orderBy('id', 'asc')
-    // Positions as applyInTransaction saw them: null until a first observation reached
+    // Positions as #applyOne saw them: null until a first observation reached
     // the row, then moved by the applied rows only.
     let position: PayoutPosition | null = null
     for (const event of history) {

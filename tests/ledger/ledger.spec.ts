@@ -481,3 +481,279 @@ test.group(`Ledger | applyBatch (${TEST_DB})`, () => {
     assert.lengthOf(changes, 0)
   })
 })
+
+test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
+  const at = (i: number) => DateTime.fromMillis(1_700_000_000_000 + i * 1000)
+  /** Everything the ledger holds under either id of one payout. */
+  async function held(uuid: string, read: string) {
+    const rows = await Payout.query().whereIn('payout_uuid', [uuid, read])
+    const log = await PayoutEvent.query().whereIn('payout_uuid', [uuid, read]).orderBy('id')
+    return { rows, log }
+  }
+
+  for (const mode of ['apply', 'batch'] as const) {
+    test(`the read id's row becomes the UUID's row once an observation links them (${mode})`, async ({
+      assert,
+      cleanup,
+    }) => {
+      const { changes, ledger } = await recordingLedger(cleanup, 'readid')
+      const uuid = randomUUID()
+      const read = `po_${randomUUID()}`
+      const other = trajectory(randomUUID(), 'completed')[0]
+      const run = (o: PayoutObservation) =>
+        mode === 'apply' ? ledger.apply(o) : ledger.applyBatch([o, other]).then((r) => r[0])
+      await run({
+        payoutId: read,
+        status: 'processing',
+        step: 'compliance_cleared',
+        source: 'webhook',
+        observedAt: at(1),
+      })
+      await run({
+        payoutId: uuid,
+        readId: read,
+        status: 'processing',
+        step: 'collected',
+        source: 'poll',
+        eventType: 'reconcile',
+        observedAt: at(2),
+      })
+      // The read id alone still finds the same payout.
+      await run({
+        payoutId: read,
+        status: 'completed',
+        step: 'delivered',
+        source: 'webhook',
+        observedAt: at(3),
+      })
+
+      const { rows, log } = await held(uuid, read)
+      assert.deepEqual(
+        rows.map((r) => [r.payoutUuid, r.readId, r.status, r.step]),
+        [[uuid, read, 'completed', 'delivered']]
+      )
+      assert.deepEqual(
+        log.map((e) => [e.payoutUuid, e.step, e.applied]),
+        [
+          [uuid, 'compliance_cleared', true],
+          [uuid, 'collected', true],
+          [uuid, 'delivered', true],
+        ],
+        'the placeholder log moved with it; nothing is left under the read id'
+      )
+      const mine = changes.filter((c) => [uuid, read].includes(c.payout.payoutUuid))
+      assert.deepEqual(
+        mine.map((c) => [c.previous?.step ?? null, c.current.step, c.created]),
+        [
+          [null, 'compliance_cleared', true],
+          ['compliance_cleared', 'collected', false],
+          ['collected', 'delivered', false],
+        ]
+      )
+    })
+
+    test(`a placeholder ahead of the UUID's own row is merged into it, and the owner hears the position (${mode})`, async ({
+      assert,
+      cleanup,
+    }) => {
+      const { changes, ledger } = await recordingLedger(cleanup, 'readid')
+      const uuid = randomUUID()
+      const read = `po_${randomUUID()}`
+      const other = trajectory(randomUUID(), 'completed')[0]
+      const run = (o: PayoutObservation) =>
+        mode === 'apply' ? ledger.apply(o) : ledger.applyBatch([other, o]).then((r) => r[1])
+      await ledger.apply({
+        payoutId: uuid,
+        status: 'pending',
+        step: 'initiated',
+        source: 'execute',
+        eventType: 'execute',
+        observedAt: at(0),
+        fields: { ownerId: 'owner-1', sourceAmount: 100 },
+      })
+      await run({
+        payoutId: read,
+        status: 'processing',
+        step: 'converting',
+        source: 'websocket',
+        observedAt: at(5),
+        fields: { payoutAmount: '1701.45', payoutCurrency: 'MXN' },
+      })
+      // The reconciler's read: both ids, a step behind what the read id's row holds.
+      const result = await run({
+        payoutId: uuid,
+        readId: read,
+        status: 'processing',
+        step: 'collected',
+        source: 'poll',
+        eventType: 'reconcile',
+        observedAt: at(6),
+      })
+      assert.isFalse(result.changed, 'the reconcile read itself is stale once merged')
+
+      const { rows, log } = await held(uuid, read)
+      assert.deepEqual(
+        rows.map((r) => [
+          r.payoutUuid,
+          r.readId,
+          r.ownerId,
+          r.status,
+          r.step,
+          r.sourceAmount,
+          r.payoutAmount,
+          r.payoutCurrency,
+        ]),
+        [[uuid, read, 'owner-1', 'processing', 'converting', '100', '1701.45', 'MXN']]
+      )
+      assert.deepEqual(
+        log.map((e) => [e.payoutUuid, e.source, e.eventType, e.step, e.applied]),
+        [
+          [uuid, 'execute', 'execute', 'initiated', true],
+          [uuid, 'websocket', null, 'converting', true],
+          [uuid, 'websocket', 'merge', 'converting', true],
+          [uuid, 'poll', 'reconcile', 'collected', false],
+        ]
+      )
+      const owners = changes
+        .filter((c) => c.payout.payoutUuid === uuid)
+        .map((c) => [c.previous?.step ?? null, c.current.step, c.payout.ownerId, c.source])
+      assert.deepEqual(owners, [
+        [null, 'initiated', 'owner-1', 'execute'],
+        ['initiated', 'converting', 'owner-1', 'websocket'],
+      ])
+      const unnotified = await PayoutEvent.query()
+        .where('payout_uuid', uuid)
+        .where('applied', true)
+        .whereNull('notified_at')
+      assert.lengthOf(unnotified, 0)
+    })
+  }
+
+  test('a read id the service already gave another UUID is not taken; the observation still applies', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { ledger } = await recordingLedger(cleanup, 'readid')
+    const first = randomUUID()
+    const second = randomUUID()
+    const read = `po_${randomUUID()}`
+    await ledger.apply({
+      payoutId: first,
+      readId: read,
+      status: 'pending',
+      step: 'initiated',
+      source: 'poll',
+    })
+    await ledger.apply({
+      payoutId: second,
+      status: 'pending',
+      step: 'initiated',
+      source: 'execute',
+    })
+    const result = await ledger.apply({
+      payoutId: second,
+      readId: read,
+      status: 'processing',
+      step: 'collected',
+      source: 'poll',
+    })
+    assert.isTrue(result.changed)
+    const rows = await Payout.query().whereIn('payout_uuid', [first, second]).orderBy('id')
+    assert.deepEqual(
+      rows.map((r) => [r.payoutUuid, r.readId, r.step]),
+      [
+        [first, read, 'initiated'],
+        [second, null, 'collected'],
+      ]
+    )
+  })
+
+  test('property: in any order and any batches, a payout named by both ids ends as one row with both, at the position of all its observations', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { changes, ledger } = await recordingLedger(cleanup, 'readid')
+    const outcomes = ['completed', 'failed', 'cancelled'] as const
+    const shape = fc.record({
+      picks: fc.array(
+        fc.record({
+          payout: fc.nat(2),
+          event: fc.nat(8),
+          naming: fc.constantFrom('uuid', 'read', 'read', 'uuid+read'),
+        }),
+        { minLength: 1, maxLength: 16 }
+      ),
+      // Where each payout's linking observation (both ids) goes, and the batch cuts.
+      links: fc.tuple(fc.nat(16), fc.nat(16), fc.nat(16)),
+      cuts: fc.array(fc.nat(19), { maxLength: 5 }),
+    })
+    await fc.assert(
+      fc.asyncProperty(shape, async ({ picks, links, cuts }) => {
+        const ids = outcomes.map(() => ({ uuid: randomUUID(), read: `po_${randomUUID()}` }))
+        const tagged = picks.map((pick) => ({ ...pick }))
+        links.forEach((position, payout) =>
+          tagged.splice(Math.min(position, tagged.length), 0, {
+            payout,
+            event: position,
+            naming: 'uuid+read',
+          })
+        )
+        const observations = tagged.map((pick): PayoutObservation => {
+          const { uuid, read } = ids[pick.payout]
+          const events = trajectory(uuid, outcomes[pick.payout])
+          const base = events[pick.event % events.length]
+          return {
+            ...base,
+            payoutId: pick.naming === 'read' ? read : uuid,
+            readId: pick.naming === 'uuid+read' ? read : undefined,
+          }
+        })
+        changes.length = 0
+        const bounds = [
+          ...new Set([
+            0,
+            ...cuts.map((c) => Math.min(c, observations.length)),
+            observations.length,
+          ]),
+        ].sort((a, b) => a - b)
+        for (let i = 1; i < bounds.length; i++) {
+          const batch = observations.slice(bounds[i - 1], bounds[i])
+          if (batch.length === 1) await ledger.apply(batch[0])
+          else await ledger.applyBatch(batch)
+        }
+        for (const [payout, { uuid, read }] of ids.entries()) {
+          const own = observations.filter((o) => o.payoutId === uuid || o.payoutId === read)
+          let expected: { status: string; step: string | null } | null = null
+          for (const o of own)
+            expected = reduce(expected as any, { status: o.status, step: o.step }).next
+          const { rows, log } = await held(uuid, read)
+          assert.deepEqual(
+            rows.map((r) => [r.payoutUuid, r.readId, r.status, r.step]),
+            [[uuid, read, expected!.status, expected!.step]],
+            `payout ${payout}`
+          )
+          assert.equal(
+            log.filter((e) => e.eventType !== 'merge').length,
+            own.length,
+            'every observation logged once'
+          )
+          assert.isTrue(log.every((e) => e.payoutUuid === uuid))
+          assert.isTrue(
+            log.every((e) => !e.applied || e.notifiedAt !== null),
+            'every change notified'
+          )
+          // The position the row holds was announced, under one id or the other.
+          assert.isTrue(
+            changes.some(
+              (c) =>
+                [uuid, read].includes(c.payout.payoutUuid) &&
+                c.current.status === expected!.status &&
+                c.current.step === expected!.step
+            )
+          )
+        }
+      }),
+      { seed: 31, numRuns: TEST_DB === 'pg' ? 25 : 60 }
+    )
+  })
+})
