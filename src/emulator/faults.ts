@@ -20,6 +20,11 @@ export interface FaultConfig {
   webhookReorderMaxDelayMs?: number
   webhookDropRate?: number
   webhookDelayMs?: number
+  /**
+   * Share of payout.status.updated events that name the payout by its read id (po_...)
+   * instead of its UUID: the spec types that payoutId only as a string.
+   */
+  readIdRate?: number
   /** Share of escrow deposits automatic detection misses. */
   missEscrowDetection?: number
   /** Faults apply only to API paths that start with one of these (all when empty). */

@@ -113,7 +113,7 @@ export class PayoutsEmulator {
               createdAt: payout.createdAt,
             }
           : {
-              payoutId: payout.payoutId,
+              payoutId: faults.roll('readIdRate') ? payout.readId : payout.payoutId,
               status: payout.status,
               provider: 'emulator-rail',
               step: payout.step,

@@ -15,7 +15,7 @@ import type { Database } from '@adonisjs/lucid/database'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
 import type { PayoutStuckEvent } from '../types/events.ts'
-import type { PayoutLedger } from '../ledger/payout_ledger.ts'
+import { readIds, type PayoutLedger } from '../ledger/payout_ledger.ts'
 
 export interface ReconcilerOptions {
   db: Database
@@ -110,8 +110,8 @@ export class Reconciler {
       try {
         const remote = await client.getPayout(payout.payoutUuid)
         const result = await ledger.apply({
-          payoutId: payout.payoutUuid,
-          readId: remote.id !== payout.payoutUuid ? remote.id : null,
+          // A payout first seen by its read id learns its UUID here, if the read gives it.
+          ...readIds(payout.payoutUuid, remote),
           status: remote.status,
           step: remote.step ?? null,
           completedAt: remote.completedAt ?? null,

@@ -253,6 +253,69 @@ test.group(`Jobs | reconciliation (${TEST_DB})`, () => {
     )
   })
 
+  test('updates that name payouts by their read id are merged into the executed rows by reconciliation', async ({
+    assert,
+    cleanup,
+  }) => {
+    const emu = await startEmulator(cleanup, { rateLimits: false })
+    const client = new PayoutsClient({
+      apiKey: emu.apiKey,
+      baseUrl: emu.baseUrl,
+      rateLimiter: false,
+      allowInsecureLoopbackWebhooks: true,
+    })
+    cleanup(() => client.close())
+    const sub = await client.webhooks.subscriptions.create({
+      url: 'https://placeholder.example/h',
+      events: ['payout.created', 'payout.status.updated'],
+    })
+    const app = await startHttpApp(cleanup, {
+      apiKey: emu.apiKey,
+      baseUrl: emu.baseUrl,
+      webhook: { secret: sub.secret },
+    })
+    await client.webhooks.subscriptions.update(sub.id, { url: `${app.url}/webhooks/payouts` })
+    emu.admin.setFaults({ readIdRate: 0.5 }, 7)
+    const recipient = emu.admin.seedRecipient()
+    const executed: string[] = []
+    for (let i = 0; i < 4; i++) {
+      const { result } = await app.payouts.execute({
+        fromCurrency: 'USD',
+        toCurrency: 'MXN',
+        amount: 50 + i,
+        recipientId: recipient.id,
+        userPaymentMethodId: emu.admin.accountPaymentMethodId,
+      })
+      executed.push(result.payoutId)
+    }
+    await emu.admin.advance(30_000)
+    await app.payouts.drainInbox()
+    const placeholders = await Payout.query().whereLike('payout_uuid', 'po_%')
+    assert.isAbove(placeholders.length, 0, 'some payouts were first seen by their read id')
+
+    await app.payouts.reconcile({ staleAfterMs: 0 })
+    const rows = await Payout.query().orderBy('payout_uuid')
+    assert.deepEqual(
+      rows.map((r) => [r.payoutUuid, r.readId, r.status, r.step]),
+      [...executed]
+        .sort()
+        .map((id) => [
+          id,
+          emu.admin.payouts().find((p) => p.payoutId === id)!.id,
+          'completed',
+          'delivered',
+        ]),
+      'one row per executed payout, with both ids, at the service position'
+    )
+    for (const id of executed) {
+      assert.lengthOf(
+        app.events.filter((e) => e.name === 'payouts:completed' && e.data.payoutId === id),
+        1,
+        `one completion for ${id}`
+      )
+    }
+  })
+
   test('payouts stuck past the SLA raise payouts:stuck once', async ({ assert, cleanup }) => {
     const { emu, app, payouts, fiat } = await setup(cleanup, { jobs: { stuckAfterMs: 1 } })
     await payouts.execute({ ...fiat, reference: 'scenario:stall' })
