@@ -204,26 +204,32 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
   })
 })
 
+/** An emulator and an app its webhooks reach (subscribed to payout events). */
+async function subscribedApp(cleanup: (fn: () => Promise<void>) => void) {
+  const emu = await startEmulator(cleanup, { rateLimits: false })
+  const client = new PayoutsClient({
+    apiKey: emu.apiKey,
+    baseUrl: emu.baseUrl,
+    rateLimiter: false,
+    allowInsecureLoopbackWebhooks: true,
+  })
+  cleanup(() => client.close())
+  const sub = await client.webhooks.subscriptions.create({
+    url: 'https://placeholder.example/h',
+    events: ['payout.created', 'payout.status.updated'],
+  })
+  const app = await startHttpApp(cleanup, {
+    apiKey: emu.apiKey,
+    baseUrl: emu.baseUrl,
+    webhook: { secret: sub.secret },
+  })
+  await client.webhooks.subscriptions.update(sub.id, { url: `${app.url}/webhooks/payouts` })
+  return { emu, app }
+}
+
 test.group(`Jobs | reconciliation (${TEST_DB})`, () => {
   test('a dropped webhook is recovered by reconciliation', async ({ assert, cleanup }) => {
-    const emu = await startEmulator(cleanup, { rateLimits: false })
-    const client = new PayoutsClient({
-      apiKey: emu.apiKey,
-      baseUrl: emu.baseUrl,
-      rateLimiter: false,
-      allowInsecureLoopbackWebhooks: true,
-    })
-    cleanup(() => client.close())
-    const sub = await client.webhooks.subscriptions.create({
-      url: 'https://placeholder.example/h',
-      events: ['payout.created', 'payout.status.updated'],
-    })
-    const app = await startHttpApp(cleanup, {
-      apiKey: emu.apiKey,
-      baseUrl: emu.baseUrl,
-      webhook: { secret: sub.secret },
-    })
-    await client.webhooks.subscriptions.update(sub.id, { url: `${app.url}/webhooks/payouts` })
+    const { emu, app } = await subscribedApp(cleanup)
     const recipient = emu.admin.seedRecipient()
     const { result } = await app.payouts.execute({
       fromCurrency: 'USD',
@@ -257,24 +263,7 @@ test.group(`Jobs | reconciliation (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const emu = await startEmulator(cleanup, { rateLimits: false })
-    const client = new PayoutsClient({
-      apiKey: emu.apiKey,
-      baseUrl: emu.baseUrl,
-      rateLimiter: false,
-      allowInsecureLoopbackWebhooks: true,
-    })
-    cleanup(() => client.close())
-    const sub = await client.webhooks.subscriptions.create({
-      url: 'https://placeholder.example/h',
-      events: ['payout.created', 'payout.status.updated'],
-    })
-    const app = await startHttpApp(cleanup, {
-      apiKey: emu.apiKey,
-      baseUrl: emu.baseUrl,
-      webhook: { secret: sub.secret },
-    })
-    await client.webhooks.subscriptions.update(sub.id, { url: `${app.url}/webhooks/payouts` })
+    const { emu, app } = await subscribedApp(cleanup)
     emu.admin.setFaults({ readIdRate: 0.5 }, 7)
     const recipient = emu.admin.seedRecipient()
     const executed: string[] = []

@@ -59,6 +59,21 @@ function trajectory(
   ]
 }
 
+/** Observation `event` of payout `payout` (0 completes, 1 fails, 2 is cancelled), named by `naming`. */
+function namedObservation(
+  pick: { payout: number; event: number; naming: 'uuid' | 'read' | 'uuid+read'; owner?: string },
+  ids: Array<{ uuid: string; read: string }>
+): PayoutObservation {
+  const { uuid, read } = ids[pick.payout]
+  const events = trajectory(uuid, (['completed', 'failed', 'cancelled'] as const)[pick.payout])
+  return {
+    ...events[pick.event % events.length],
+    payoutId: pick.naming === 'read' ? read : uuid,
+    readId: pick.naming === 'uuid+read' ? read : undefined,
+    fields: pick.owner ? { ownerId: pick.owner } : undefined,
+  }
+}
+
 /** A fresh database, and ledgers on it that record every change they notify. */
 async function recordingLedger(cleanup: (fn: () => Promise<void>) => void, name: string) {
   const { db } = await setupDatabase(cleanup, name)
@@ -382,17 +397,7 @@ test.group(`Ledger | applyBatch (${TEST_DB})`, () => {
       fc.asyncProperty(shape, async (picks) => {
         const run = async (batched: boolean) => {
           const ids = outcomes.map(() => ({ uuid: randomUUID(), read: `po_${randomUUID()}` }))
-          const observations = picks.map((pick) => {
-            const { uuid, read } = ids[pick.payout]
-            const events = trajectory(uuid, outcomes[pick.payout])
-            const base = events[pick.event % events.length]
-            return {
-              ...base,
-              payoutId: pick.naming === 'read' ? read : uuid,
-              readId: pick.naming === 'uuid+read' ? read : undefined,
-              fields: pick.owner ? { ownerId: pick.owner } : undefined,
-            }
-          })
+          const observations = picks.map((pick) => namedObservation(pick, ids))
           changes.length = 0
           let results
           if (batched) results = await ledger.applyBatch(observations)
@@ -491,17 +496,44 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
     return { rows, log }
   }
 
+  /**
+   * A recording ledger, one payout's two ids, and `run`, which applies an observation alone
+   * (`apply`) or in a batch with another payout's (`batch`, before or after it) and returns
+   * its own result.
+   */
+  async function twoIds(
+    cleanup: (fn: () => Promise<void>) => void,
+    mode: 'apply' | 'batch',
+    otherFirst: boolean
+  ) {
+    const { changes, ledger } = await recordingLedger(cleanup, 'readid')
+    const other = trajectory(randomUUID(), 'completed')[0]
+    const run = (o: PayoutObservation) =>
+      mode === 'apply'
+        ? ledger.apply(o)
+        : ledger.applyBatch(otherFirst ? [other, o] : [o, other]).then((r) => r[otherFirst ? 1 : 0])
+    const uuid = randomUUID()
+    const read = `po_${randomUUID()}`
+    // A reconciliation read: both ids, at processing/collected.
+    const linkingRead = (observedAt: DateTime) =>
+      run({
+        payoutId: uuid,
+        readId: read,
+        status: 'processing',
+        step: 'collected',
+        source: 'poll',
+        eventType: 'reconcile',
+        observedAt,
+      })
+    return { changes, ledger, run, linkingRead, uuid, read }
+  }
+
   for (const mode of ['apply', 'batch'] as const) {
     test(`the read id's row becomes the UUID's row once an observation links them (${mode})`, async ({
       assert,
       cleanup,
     }) => {
-      const { changes, ledger } = await recordingLedger(cleanup, 'readid')
-      const uuid = randomUUID()
-      const read = `po_${randomUUID()}`
-      const other = trajectory(randomUUID(), 'completed')[0]
-      const run = (o: PayoutObservation) =>
-        mode === 'apply' ? ledger.apply(o) : ledger.applyBatch([o, other]).then((r) => r[0])
+      const { changes, run, linkingRead, uuid, read } = await twoIds(cleanup, mode, false)
       await run({
         payoutId: read,
         status: 'processing',
@@ -509,15 +541,7 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
         source: 'webhook',
         observedAt: at(1),
       })
-      await run({
-        payoutId: uuid,
-        readId: read,
-        status: 'processing',
-        step: 'collected',
-        source: 'poll',
-        eventType: 'reconcile',
-        observedAt: at(2),
-      })
+      await linkingRead(at(2))
       // The read id alone still finds the same payout.
       await run({
         payoutId: read,
@@ -556,12 +580,7 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
       assert,
       cleanup,
     }) => {
-      const { changes, ledger } = await recordingLedger(cleanup, 'readid')
-      const uuid = randomUUID()
-      const read = `po_${randomUUID()}`
-      const other = trajectory(randomUUID(), 'completed')[0]
-      const run = (o: PayoutObservation) =>
-        mode === 'apply' ? ledger.apply(o) : ledger.applyBatch([other, o]).then((r) => r[1])
+      const { changes, ledger, run, linkingRead, uuid, read } = await twoIds(cleanup, mode, true)
       await ledger.apply({
         payoutId: uuid,
         status: 'pending',
@@ -580,15 +599,7 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
         fields: { payoutAmount: '1701.45', payoutCurrency: 'MXN' },
       })
       // The reconciler's read: both ids, a step behind what the read id's row holds.
-      const result = await run({
-        payoutId: uuid,
-        readId: read,
-        status: 'processing',
-        step: 'collected',
-        source: 'poll',
-        eventType: 'reconcile',
-        observedAt: at(6),
-      })
+      const result = await linkingRead(at(6))
       assert.isFalse(result.changed, 'the reconcile read itself is stale once merged')
 
       const { rows, log } = await held(uuid, read)
@@ -698,16 +709,7 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
             naming: 'uuid+read',
           })
         )
-        const observations = tagged.map((pick): PayoutObservation => {
-          const { uuid, read } = ids[pick.payout]
-          const events = trajectory(uuid, outcomes[pick.payout])
-          const base = events[pick.event % events.length]
-          return {
-            ...base,
-            payoutId: pick.naming === 'read' ? read : uuid,
-            readId: pick.naming === 'uuid+read' ? read : undefined,
-          }
-        })
+        const observations = tagged.map((pick) => namedObservation(pick, ids))
         changes.length = 0
         const bounds = [
           ...new Set([
