@@ -67,6 +67,8 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = 'svc_')
       table.string('reason', 255).nullable()
       table.string('delivery_id', 255).nullable()
       table.timestamp('observed_at', { useTz: true }).notNullable()
+      // The read id this row was logged under before its placeholder merged into the UUID's row.
+      table.string('merged_from', 64).nullable()
       // Outbox: null while the app events of an applied change have not fired yet.
       table.timestamp('notified_at', { useTz: true }).nullable().index()
       table.timestamp('created_at', { useTz: true }).notNullable()

@@ -342,7 +342,12 @@ export class PayoutLedger {
         continue
       }
       const fold = target ? await this.#foldOf(trx, holder, uuid) : null
-      await trx.from(PayoutEvent.table).where('payout_uuid', readId).update({ payout_uuid: uuid })
+      // Renamed, the placeholder's log simply continues; merged, it stays apart from the
+      // UUID's own line (marked), which the fold joins.
+      await trx
+        .from(PayoutEvent.table)
+        .where('payout_uuid', readId)
+        .update(target ? { payout_uuid: uuid, merged_from: readId } : { payout_uuid: uuid })
       if (target) {
         await trx.from(Payout.table).where('id', holder.id).delete()
         await trx.from(Payout.table).where('id', target.id).update({ read_id: readId })
@@ -691,9 +696,13 @@ export class PayoutLedger {
     const client = this.db.connection(this.connection)
     const payout = await Payout.query({ client }).where('payout_uuid', row.payoutUuid).first()
     if (!payout) return null
+    // Its own line only: a merged placeholder's rows moved the placeholder, not this row.
     const history = await PayoutEvent.query({ client })
       .where('payout_uuid', row.payoutUuid)
       .where('id', '<=', row.id)
+      .where((line) =>
+        row.mergedFrom ? line.where('merged_from', row.mergedFrom) : line.whereNull('merged_from')
+      )
       .orderBy('id', 'asc')
     // Positions as #applyOne saw them: null until a first observation reached
     // the row, then moved by the applied rows only.

@@ -35,6 +35,10 @@ export default class PayoutEvent extends BaseModel {
   @column.dateTime()
   declare observedAt: DateTime
 
+  /** The read id this row was logged under, when its placeholder row merged into this payout. */
+  @column()
+  declare mergedFrom: string | null
+
   /** When the app events of this change fired; null until then (the outbox). */
   @column.dateTime()
   declare notifiedAt: DateTime | null

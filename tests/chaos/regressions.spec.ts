@@ -64,6 +64,45 @@ test.group(`Chaos regressions | outbox (${TEST_DB})`, () => {
     assert.equal(await restarted.renotify({ olderThanMs: 0 }), 0, 'notified once')
     assert.lengthOf(await PayoutEvent.query().whereNull('notified_at'), 0)
   })
+  test('a placeholder merge committed by a process that died fires later, moving from where the UUID row was', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'regressions')
+    const payoutId = '0f4c3f6e-1111-4a4a-8b8b-000000000002'
+    const readId = 'po_0f4c3f6e00000002'
+    const live = new PayoutLedger(db, { onChange: () => {} })
+    await live.apply({ payoutId, status: 'pending', step: 'initiated', source: 'execute' })
+    await live.apply({
+      payoutId: readId,
+      status: 'processing',
+      step: 'converting',
+      source: 'websocket',
+    })
+    // The reconciliation read links the two ids; its process dies in the merge's hook.
+    const dying = new PayoutLedger(db, { onChange: () => new Promise(() => {}) })
+    void dying.apply({ payoutId, readId, status: 'processing', step: 'collected', source: 'poll' })
+    const fold = await waitFor(
+      'the merge to commit',
+      () => PayoutEvent.query().where('payout_uuid', payoutId).where('event_type', 'merge').first(),
+      { timeoutMs: 5000, everyMs: 10 }
+    )
+
+    const fired: PayoutChange[] = []
+    const restarted = new PayoutLedger(db, { onChange: (change) => void fired.push(change) })
+    assert.equal(await restarted.renotify({ olderThanMs: 0 }), 1)
+    assert.deepInclude(toChangedEvent(fired[0]), {
+      eventId: String(fold.id),
+      payoutId,
+      readId,
+      status: 'processing',
+      step: 'converting',
+      previousStatus: 'pending',
+      previousStep: 'initiated',
+      source: 'websocket',
+    })
+    assert.isFalse(fired[0].created)
+  })
 })
 
 test.group(`Chaos regressions | escrow detection (${TEST_DB})`, () => {

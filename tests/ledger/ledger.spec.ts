@@ -557,11 +557,11 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
         [[uuid, read, 'completed', 'delivered']]
       )
       assert.deepEqual(
-        log.map((e) => [e.payoutUuid, e.step, e.applied]),
+        log.map((e) => [e.payoutUuid, e.mergedFrom, e.step, e.applied]),
         [
-          [uuid, 'compliance_cleared', true],
-          [uuid, 'collected', true],
-          [uuid, 'delivered', true],
+          [uuid, null, 'compliance_cleared', true],
+          [uuid, null, 'collected', true],
+          [uuid, null, 'delivered', true],
         ],
         'the placeholder log moved with it; nothing is left under the read id'
       )
@@ -617,12 +617,12 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
         [[uuid, read, 'owner-1', 'processing', 'converting', '100', '1701.45', 'MXN']]
       )
       assert.deepEqual(
-        log.map((e) => [e.payoutUuid, e.source, e.eventType, e.step, e.applied]),
+        log.map((e) => [e.payoutUuid, e.mergedFrom, e.source, e.eventType, e.step, e.applied]),
         [
-          [uuid, 'execute', 'execute', 'initiated', true],
-          [uuid, 'websocket', null, 'converting', true],
-          [uuid, 'websocket', 'merge', 'converting', true],
-          [uuid, 'poll', 'reconcile', 'collected', false],
+          [uuid, null, 'execute', 'execute', 'initiated', true],
+          [uuid, read, 'websocket', null, 'converting', true],
+          [uuid, null, 'websocket', 'merge', 'converting', true],
+          [uuid, null, 'poll', 'reconcile', 'collected', false],
         ]
       )
       const owners = changes
