@@ -40,12 +40,21 @@ export interface FaultStats {
   rateLimited: number
   /** 429s from the emulator's own rate limits (not injected: the caller went too fast). */
   throttled: number
+  /** Status updates sent naming the payout by its read id (`readIdRate`). */
+  readIds: number
 }
 
 /** Fault injection with a seedable PRNG, so a run can be reproduced. */
 export class Faults {
   config: FaultConfig = {}
-  stats: FaultStats = { errors: 0, timeouts: 0, resets: 0, rateLimited: 0, throttled: 0 }
+  stats: FaultStats = {
+    errors: 0,
+    timeouts: 0,
+    resets: 0,
+    rateLimited: 0,
+    throttled: 0,
+    readIds: 0,
+  }
   random: () => number
 
   constructor(seed = 42) {

@@ -113,7 +113,9 @@ export class PayoutsEmulator {
               createdAt: payout.createdAt,
             }
           : {
-              payoutId: faults.roll('readIdRate') ? payout.readId : payout.payoutId,
+              payoutId: faults.roll('readIdRate')
+                ? (faults.stats.readIds++, payout.readId)
+                : payout.payoutId,
               status: payout.status,
               provider: 'emulator-rail',
               step: payout.step,

@@ -305,12 +305,13 @@ export class PayoutLedger {
 
   /**
    * A payout first seen by its read id alone has a placeholder row keyed by that read id.
-   * An observation that carries both ids links them: the placeholder becomes the UUID's
-   * row (renamed, its log with it), or, when the UUID has a row of its own, is merged into
-   * it: its log moves over, the row goes, and its position comes back as a fold, an
-   * observation applied first so the UUID's listeners hear what only the read id's heard.
-   * A read id the service gives to two UUIDs is not filled in (the observation still
-   * applies). Costs nothing when no observation carries a read id.
+   * The first observation carrying both ids merges it into the UUID's row (created if the
+   * UUID has none yet): the placeholder's log moves over as a line of its own (marked
+   * `merged_from`, so a change of it is still told under the read id), the placeholder
+   * goes, and its position comes back as a fold, an observation applied first, so the
+   * UUID's listeners hear what only the read id's had heard. A read id the service gives
+   * to two UUIDs is not filled in (the observation still applies). Costs nothing when no
+   * observation carries a read id.
    */
   async #linkPlaceholders(
     trx: TransactionClientContract,
@@ -341,20 +342,18 @@ export class PayoutLedger {
         taken.add(readId)
         continue
       }
-      const fold = target ? await this.#foldOf(trx, holder, uuid) : null
-      // Renamed, the placeholder's log simply continues; merged, it stays apart from the
-      // UUID's own line (marked), which the fold joins.
+      const fold = await this.#foldOf(trx, holder, uuid)
       await trx
         .from(PayoutEvent.table)
         .where('payout_uuid', readId)
-        .update(target ? { payout_uuid: uuid, merged_from: readId } : { payout_uuid: uuid })
-      if (target) {
-        await trx.from(Payout.table).where('id', holder.id).delete()
-        await trx.from(Payout.table).where('id', target.id).update({ read_id: readId })
-        if (fold) folds.push(fold)
-      } else {
-        await trx.from(Payout.table).where('id', holder.id).update({ payout_uuid: uuid })
-      }
+        .update({ payout_uuid: uuid, merged_from: readId })
+      await trx.from(Payout.table).where('id', holder.id).delete()
+      if (target) await trx.from(Payout.table).where('id', target.id).update({ read_id: readId })
+      else
+        await this.#insertPending(trx, [
+          { payoutId: uuid, readId, source: 'poll', observedAt: holder.createdAt },
+        ])
+      if (fold) folds.push(fold)
     }
     return {
       folds,
@@ -694,8 +693,12 @@ export class PayoutLedger {
   /** The change a payout_events row applied, replayed from the payout's log up to it. */
   async #rebuild(row: PayoutEvent): Promise<PayoutChange | null> {
     const client = this.db.connection(this.connection)
-    const payout = await Payout.query({ client }).where('payout_uuid', row.payoutUuid).first()
-    if (!payout) return null
+    const found = await Payout.query({ client }).where('payout_uuid', row.payoutUuid).first()
+    if (!found) return null
+    // A change of a placeholder since merged is told as it would have been: under its read
+    // id, without the UUID's owner.
+    const payout = row.mergedFrom ? snapshotOf(found) : found
+    if (row.mergedFrom) Object.assign(payout, { payoutUuid: row.mergedFrom, ownerId: null })
     // Its own line only: a merged placeholder's rows moved the placeholder, not this row.
     const history = await PayoutEvent.query({ client })
       .where('payout_uuid', row.payoutUuid)

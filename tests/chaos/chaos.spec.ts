@@ -60,6 +60,8 @@ const FAULTS: FaultConfig = {
   webhookReorderMaxDelayMs: 3000,
   webhookDropRate: 0.1,
   missEscrowDetection: 0.2,
+  // Beyond the issue: some status updates name the payout by its read id (po_...).
+  readIdRate: 0.1,
 }
 const STORM: FaultConfig = { ...FAULTS, rateLimitStormRate: 0.6 }
 
@@ -505,6 +507,14 @@ test.group(`Chaos | ${N} payouts, faults, two SIGKILLs (${TEST_DB})`, () => {
       assert.deepEqual([previous.status, previous.step], [payout.status, payout.step])
     }
 
+    // Payouts first seen by a read id were all linked: no row is keyed by one.
+    assert.isAbove(emu.admin.faultStats().readIds, 0, 'some updates named a read id')
+    assert.deepEqual(
+      local.filter((payout) => payout.payoutUuid.startsWith('po_')).map((p) => p.payoutUuid),
+      [],
+      'no placeholder row left'
+    )
+
     // The change kill 2 interrupted (committed, its event not handled yet) fired afterwards,
     // from the outbox of a successor.
     assert.exists(paused, 'kill 2 landed between a COMMIT and its app event')
@@ -563,6 +573,7 @@ test.group(`Chaos | ${N} payouts, faults, two SIGKILLs (${TEST_DB})`, () => {
       `reconciled         final pass checked ${final.reconcile.checked}, changed ${final.reconcile.changed}; poll rows applied ${applied.filter((r) => r.source === 'poll').length}`,
       `recovered          intents re-sent ${intents.filter((i) => i.attempts > 1).length}, stored by recovery ${applied.filter((r) => r.source === 'recovery').length}, escrow confirmed by the fallback ${escrowManual}`,
       `kills/restarts     ${kills.length}/${kills.length}: ${kills.map((k) => `${k.at} at ${k.progress}/${N} (leases moved ${k.leasesMoved}, reboot ${k.bootMs} ms)`).join('; ')}`,
+      `read ids           updates naming one ${faults.readIds}, log rows merged from a placeholder ${rows.filter((r) => r.mergedFrom).length}, merges ${rows.filter((r) => r.eventType === 'merge').length}`,
       `events             changes ${applied.length}, fired ${fired.length}, re-emitted by a successor ${reemitted.length}`,
       `time               run ${(runMs / 1000).toFixed(1)} s (executes ${((executedAt - startedAt) / 1000).toFixed(1)} s), emulator clock moved ${Math.round(advancedMs / 1000)} s`,
     ]

@@ -103,6 +103,52 @@ test.group(`Chaos regressions | outbox (${TEST_DB})`, () => {
     })
     assert.isFalse(fired[0].created)
   })
+
+  test('a change of a placeholder whose process died is told later under its read id, even once merged', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'regressions')
+    const payoutId = '0f4c3f6e-1111-4a4a-8b8b-000000000003'
+    const readId = 'po_0f4c3f6e00000003'
+    const live = new PayoutLedger(db, { onChange: () => {} })
+    await live.apply({
+      payoutId,
+      status: 'pending',
+      step: 'initiated',
+      source: 'execute',
+      fields: { ownerId: 'owner-1' },
+    })
+    // The read id's first sighting commits; its process dies before the events.
+    const dying = new PayoutLedger(db, { onChange: () => new Promise(() => {}) })
+    void dying.apply({
+      payoutId: readId,
+      status: 'processing',
+      step: 'converting',
+      source: 'webhook',
+    })
+    const sighting = await waitFor(
+      'the sighting to commit',
+      () => PayoutEvent.query().where('payout_uuid', readId).first(),
+      { timeoutMs: 5000, everyMs: 10 }
+    )
+    // Another process links the ids before the sweep comes round.
+    await live.apply({ payoutId, readId, status: 'processing', step: 'collected', source: 'poll' })
+
+    const fired: PayoutChange[] = []
+    const restarted = new PayoutLedger(db, { onChange: (change) => void fired.push(change) })
+    assert.equal(await restarted.renotify({ olderThanMs: 0 }), 1)
+    assert.deepInclude(toChangedEvent(fired[0]), {
+      eventId: String(sighting.id),
+      payoutId: readId,
+      ownerId: null,
+      status: 'processing',
+      step: 'converting',
+      previousStatus: null,
+      previousStep: null,
+      source: 'webhook',
+    })
+  })
 })
 
 test.group(`Chaos regressions | escrow detection (${TEST_DB})`, () => {

@@ -529,7 +529,7 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
   }
 
   for (const mode of ['apply', 'batch'] as const) {
-    test(`the read id's row becomes the UUID's row once an observation links them (${mode})`, async ({
+    test(`a read id's placeholder becomes the UUID's row once an observation links them, announced as created there (${mode})`, async ({
       assert,
       cleanup,
     }) => {
@@ -557,22 +557,26 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
         [[uuid, read, 'completed', 'delivered']]
       )
       assert.deepEqual(
-        log.map((e) => [e.payoutUuid, e.mergedFrom, e.step, e.applied]),
+        log.map((e) => [e.payoutUuid, e.mergedFrom, e.eventType, e.step, e.applied]),
         [
-          [uuid, null, 'compliance_cleared', true],
-          [uuid, null, 'collected', true],
-          [uuid, null, 'delivered', true],
+          [uuid, read, null, 'compliance_cleared', true],
+          [uuid, null, 'merge', 'compliance_cleared', true],
+          [uuid, null, 'reconcile', 'collected', true],
+          [uuid, null, null, 'delivered', true],
         ],
-        'the placeholder log moved with it; nothing is left under the read id'
+        'the placeholder log moved over as its own line; nothing is left under the read id'
       )
-      const mine = changes.filter((c) => [uuid, read].includes(c.payout.payoutUuid))
       assert.deepEqual(
-        mine.map((c) => [c.previous?.step ?? null, c.current.step, c.created]),
+        changes
+          .filter((c) => [uuid, read].includes(c.payout.payoutUuid))
+          .map((c) => [c.payout.payoutUuid, c.previous?.step ?? null, c.current.step, c.created]),
         [
-          [null, 'compliance_cleared', true],
-          ['compliance_cleared', 'collected', false],
-          ['collected', 'delivered', false],
-        ]
+          [read, null, 'compliance_cleared', true],
+          [uuid, null, 'compliance_cleared', true],
+          [uuid, 'compliance_cleared', 'collected', false],
+          [uuid, 'collected', 'delivered', false],
+        ],
+        'each id has one line of changes, and the UUID hears where the read id had got to'
       )
     })
 
