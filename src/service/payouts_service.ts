@@ -18,6 +18,7 @@ import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
 import type { InboxStore, InboxVerdict } from '../webhooks/inbox_store.ts'
 import type { SecretCipher, SecretStore } from '../webhooks/secret_store.ts'
 import type { PayoutChangedEvent } from '../types/events.ts'
+import type { EventEnvelope } from '../schemas/events.ts'
 
 /** The part of Transmit the service uses (structural, so Transmit stays optional). */
 export interface ChannelBroadcaster<Ctx = any> {
@@ -145,16 +146,15 @@ export class PayoutsService {
     )
     const executor = new PayoutExecutor({ db, ledger, client: this.client, connection })
     const inbox = new InboxStore(db, tableNames(tablePrefix).webhookDeliveries, connection)
+    // What a stored delivery says about a payout (or why it says nothing).
+    const observe = (envelope: EventEnvelope, row: { source: string; deliveryId: string }) =>
+      mapper.observationFromEvent(envelope, row.source as 'webhook', row.deliveryId)
     const processor = new InboxProcessor({
       store: inbox,
       logger: this.#deps.logger,
       batchSize: this.config.webhook.processBatchSize,
       handler: async (envelope, row) => {
-        const mapped = mapper.observationFromEvent(
-          envelope,
-          row.source as 'webhook',
-          row.deliveryId
-        )
+        const mapped = observe(envelope, row)
         if ('skip' in mapped) return mapped.skip
         await ledger.apply(mapped.observation)
       },
@@ -164,9 +164,9 @@ export class PayoutsService {
         const verdicts: InboxVerdict[] = []
         const observations: PayoutObservation[] = []
         for (const { envelope, row } of items) {
-          let mapped: ReturnType<typeof mapper.observationFromEvent>
+          let mapped: ReturnType<typeof observe>
           try {
-            mapped = mapper.observationFromEvent(envelope, row.source as 'webhook', row.deliveryId)
+            mapped = observe(envelope, row)
           } catch (error) {
             if (!(error instanceof mapper.PermanentEventError)) throw error
             verdicts.push({ state: 'dead', note: error.message })
