@@ -577,7 +577,9 @@ export class PayoutLedger {
           }
         })
       )
-      .onConflict('payout_uuid')
+      // Either key: a read id may belong, by the time this runs, to a row a concurrent
+      // merge just gave it; the caller then finds that row.
+      .onConflict()
       .ignore()
   }
 

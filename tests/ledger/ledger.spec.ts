@@ -644,6 +644,47 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
     })
   }
 
+  test('a read id sighting waiting on a merge in progress lands on the merged row', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, changes, ledger } = await recordingLedger(cleanup, 'readid')
+    const uuid = randomUUID()
+    const read = `po_${randomUUID()}`
+    await ledger.apply({ payoutId: uuid, status: 'pending', step: 'initiated', source: 'execute' })
+    await ledger.apply({
+      payoutId: read,
+      status: 'processing',
+      step: 'collected',
+      source: 'webhook',
+    })
+    // The merge holds its transaction open while the next read-id sighting arrives (on
+    // PostgreSQL that sighting waits on the placeholder's lock, then finds it gone).
+    const trx = await db.transaction()
+    const merging = await ledger.applyBatchInTransaction(trx, [
+      { payoutId: uuid, readId: read, status: 'processing', step: 'collected', source: 'poll' },
+    ])
+    const sighting = ledger.apply({
+      payoutId: read,
+      status: 'processing',
+      step: 'converting',
+      source: 'webhook',
+    })
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    await trx.commit()
+    await ledger.notifyBatch(merging)
+    assert.isTrue((await sighting).changed)
+    const rows = await Payout.query().whereIn('payout_uuid', [uuid, read])
+    assert.deepEqual(
+      rows.map((r) => [r.payoutUuid, r.readId, r.step]),
+      [[uuid, read, 'converting']]
+    )
+    assert.deepEqual(
+      changes.filter((c) => c.payout.payoutUuid === uuid).map((c) => c.current.step),
+      ['initiated', 'collected', 'converting']
+    )
+  })
+
   test('a read id the service already gave another UUID is not taken; the observation still applies', async ({
     assert,
     cleanup,
