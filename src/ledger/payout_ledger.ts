@@ -323,10 +323,15 @@ export class PayoutLedger {
         if (!links.has(o.readId)) links.set(o.readId, o.payoutId)
     }
     if (links.size === 0) return { folds: [], observations }
+    // Every row the batch names, locked here in one statement in id order: the locks taken
+    // later are then all held already, and two instances still never wait in a cycle.
+    const named = observations.map((o) => o.payoutId)
     const query = Payout.query({ client: trx })
       .where((where) => {
-        where.whereIn('payout_uuid', [...links.keys(), ...links.values()])
-        where.orWhereIn('read_id', [...links.keys()])
+        where.whereIn('payout_uuid', [...new Set([...named, ...links.keys()])])
+        where.orWhereIn('read_id', [
+          ...new Set([...named.filter((id) => !UUID.test(id)), ...links.keys()]),
+        ])
       })
       .orderBy('id', 'asc')
     const rows = await (locksRows(trx) ? query.forUpdate() : query)

@@ -9,6 +9,7 @@ import {
   type PayoutObservation,
 } from '../../src/ledger/payout_ledger.ts'
 import { mapExecuteStatus, reduce } from '../../src/ledger/state_machine.ts'
+import { locksRows } from '../../src/database/dialects.ts'
 import { Payout, PayoutEvent } from '../../src/models/main.ts'
 import { recordStatements, setupDatabase, TEST_DB } from '../helpers/database.ts'
 
@@ -682,6 +683,48 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
     assert.deepEqual(
       changes.filter((c) => c.payout.payoutUuid === uuid).map((c) => c.current.step),
       ['initiated', 'collected', 'converting']
+    )
+  })
+
+  test('a batch that links ids locks its rows in id order like any other: no deadlock with a batch locking them in that order', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, ledger } = await recordingLedger(cleanup, 'readid')
+    const [first, second] = [randomUUID(), randomUUID()]
+    const read = `po_${randomUUID()}`
+    for (const payoutId of [first, second])
+      await ledger.apply({ payoutId, status: 'pending', step: 'initiated', source: 'execute' })
+    await ledger.apply({
+      payoutId: read,
+      status: 'processing',
+      step: 'collected',
+      source: 'webhook',
+    })
+    const ids = await Payout.query().whereIn('payout_uuid', [first, second, read]).orderBy('id')
+    // Another transaction takes the rows in id order, the way every ledger batch does, and
+    // holds the second payout while the linking batch starts.
+    const other = await db.transaction()
+    const lock = (id: number) =>
+      locksRows(other)
+        ? other.from(Payout.table).where('id', id).forUpdate()
+        : other.from(Payout.table).where('id', id)
+    await lock(ids[1].id)
+    const linking = ledger.applyBatch([
+      { payoutId: first, readId: read, status: 'processing', step: 'collected', source: 'poll' },
+      { payoutId: second, status: 'processing', step: 'collected', source: 'poll' },
+    ])
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    await lock(ids[2].id)
+    await other.commit()
+    await linking
+    const rows = await Payout.query().whereIn('payout_uuid', [first, second, read]).orderBy('id')
+    assert.deepEqual(
+      rows.map((r) => [r.payoutUuid, r.readId, r.step]),
+      [
+        [first, read, 'collected'],
+        [second, null, 'collected'],
+      ]
     )
   })
 
