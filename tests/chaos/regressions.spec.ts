@@ -64,6 +64,7 @@ test.group(`Chaos regressions | outbox (${TEST_DB})`, () => {
     assert.equal(await restarted.renotify({ olderThanMs: 0 }), 0, 'notified once')
     assert.lengthOf(await PayoutEvent.query().whereNull('notified_at'), 0)
   })
+
   test('a placeholder merge committed by a process that died fires later, moving from where the UUID row was', async ({
     assert,
     cleanup,
