@@ -93,28 +93,31 @@ export interface LedgerHooks {
   inTransaction?: (trx: TransactionClientContract, changes: PayoutChange[]) => Promise<void>
 }
 
-/** Every descriptive field, as a merged placeholder hands its own on. */
-const FIELD_KEYS: Array<keyof PayoutFields> = [
-  'ownerId',
-  'flow',
-  'transactionType',
-  'quoteId',
-  'sourceAmount',
-  'sourceCurrency',
-  'payoutAmount',
-  'payoutCurrency',
-  'toAmount',
-  'fees',
-  'partnerFxRate',
-  'effectiveRate',
-  'recipientId',
-  'recipientPaymentMethodId',
-  'paymentMethod',
-  'paymentPurpose',
-  'reference',
-  'providerMetadata',
-  'instructions',
-]
+/**
+ * Every descriptive field, as a merged placeholder hands its own on. A record, so a field
+ * added to PayoutFields and not here fails to compile.
+ */
+const FIELD_KEYS = Object.keys({
+  ownerId: true,
+  flow: true,
+  transactionType: true,
+  quoteId: true,
+  sourceAmount: true,
+  sourceCurrency: true,
+  payoutAmount: true,
+  payoutCurrency: true,
+  toAmount: true,
+  fees: true,
+  partnerFxRate: true,
+  effectiveRate: true,
+  recipientId: true,
+  recipientPaymentMethodId: true,
+  paymentMethod: true,
+  paymentPurpose: true,
+  reference: true,
+  providerMetadata: true,
+  instructions: true,
+} satisfies Record<keyof PayoutFields, true>) as Array<keyof PayoutFields>
 
 const DECIMAL_FIELDS = new Set([
   'sourceAmount',
