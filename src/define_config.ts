@@ -43,6 +43,11 @@ export const payoutsConfigSchema = z.object({
        * backlog drains; larger ones drain faster.
        */
       processBatchSize: z.number().int().positive().max(1000).default(100),
+      /**
+       * The route answers within this time whatever the database does: past it 503, and the
+       * service delivers again. Below the service's 10 s, with room for the network.
+       */
+      ackTimeoutMs: z.number().int().positive().max(9000).default(5000),
       /** After payouts:webhooks:rotate-secret, the old secret is accepted this long. */
       rotationGraceMs: z
         .number()
@@ -56,6 +61,7 @@ export const payoutsConfigSchema = z.object({
       maxBodyBytes: 256 * 1024,
       retryIntervalMs: 5000,
       processBatchSize: 100,
+      ackTimeoutMs: 5000,
       rotationGraceMs: 24 * 3600_000,
     }),
   events: z
@@ -100,6 +106,15 @@ export const payoutsConfigSchema = z.object({
        * `?keyPrefix=app1:` when apps with different databases share one Redis.
        */
       redis: z.url({ protocol: /^rediss?$/ }).optional(),
+      /**
+       * A job run that has not ended after this long is given up (logged as failed) so the
+       * next interval runs it again; it cannot hold the job forever.
+       */
+      runTimeoutMs: z
+        .number()
+        .int()
+        .positive()
+        .default(10 * 60_000),
     })
     .default({
       enabled: true,
@@ -108,6 +123,7 @@ export const payoutsConfigSchema = z.object({
       recoverEveryMs: 60_000,
       escrowConfirmAfterMinutes: 10,
       stuckAfterMs: 24 * 3600_000,
+      runTimeoutMs: 10 * 60_000,
     }),
   transmit: z
     .object({
@@ -123,8 +139,14 @@ export const payoutsConfigSchema = z.object({
         .string()
         .regex(/^[a-z0-9_]*$/)
         .default('svc_'),
+      /**
+       * How long one of the plugin's transactions (inbox processing, applying a batch,
+       * storing an execute) may take. Past it the transaction is abandoned and its
+       * connection dropped, so a connection that stops answering cannot stall the plugin.
+       */
+      transactionTimeoutMs: z.number().int().positive().default(30_000),
     })
-    .default({ enabled: true, tablePrefix: 'svc_' }),
+    .default({ enabled: true, tablePrefix: 'svc_', transactionTimeoutMs: 30_000 }),
 })
 
 export type PayoutsConfigInput = z.input<typeof payoutsConfigSchema>

@@ -25,3 +25,13 @@ export const E_ESCROW_CONFIRMATION_IN_FLIGHT = createError<[string, string]>(
   'E_ESCROW_CONFIRMATION_IN_FLIGHT',
   409
 )
+
+/**
+ * A database step or a job run did not finish in its allotted time (a stalled connection,
+ * a lock held elsewhere). Nothing is reported done: the caller answers 503 or tries again.
+ */
+export const E_PAYOUTS_TIMEOUT = createError<[string, number]>(
+  'Payouts %s did not finish within %d ms',
+  'E_PAYOUTS_TIMEOUT',
+  503
+)

@@ -1,4 +1,5 @@
 import type { LockFactory } from '@verrou/core'
+import { withDeadline } from '../database/deadline.ts'
 
 /** One periodic job of the plugin. */
 export interface ScheduledJob {
@@ -12,6 +13,12 @@ export interface JobSchedulerOptions {
   jobs: ScheduledJob[]
   logger: { info(obj: object, msg?: string): void; error(obj: object, msg?: string): void }
   onRun?: (name: string, result: unknown) => void
+  /**
+   * A run still going after this long is given up: logged as failed, its lock no longer
+   * extended (so it lapses at its TTL) and the job free to run at a later tick. The run
+   * itself cannot be cancelled; every job is safe to repeat. 0 waits forever.
+   */
+  runTimeoutMs?: number
 }
 
 /**
@@ -69,7 +76,7 @@ export class JobScheduler {
     const run = job.run()
     this.#running.add(run)
     try {
-      const result = await run
+      const result = await withDeadline(run, this.options.runTimeoutMs ?? 0, `job ${job.name}`)
       this.options.logger.info({ job: job.name, result }, 'payouts job ran')
       this.options.onRun?.(job.name, result)
       return 'ran'

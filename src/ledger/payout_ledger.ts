@@ -2,6 +2,7 @@ import type { Database } from '@adonisjs/lucid/database'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
 import { dbDate } from '../database/dates.ts'
+import { boundedTransaction, withDeadline } from '../database/deadline.ts'
 import { locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
@@ -245,7 +246,9 @@ export class PayoutLedger {
   constructor(
     private db: Database,
     private hooks: LedgerHooks = {},
-    private connection?: string
+    private connection?: string,
+    /** Bound of `applyBatch`'s transaction (see `boundedTransaction`); 0 waits forever. */
+    private transactionTimeoutMs = 0
   ) {}
 
   async apply(observation: PayoutObservation): Promise<ApplyResult> {
@@ -262,9 +265,12 @@ export class PayoutLedger {
    */
   async applyBatch(observations: PayoutObservation[]): Promise<ApplyResult[]> {
     if (observations.length === 0) return []
-    const batch = await this.db
-      .connection(this.connection)
-      .transaction((trx) => this.applyBatchInTransaction(trx, observations))
+    const batch = await boundedTransaction(
+      this.db.connection(this.connection),
+      this.transactionTimeoutMs,
+      'ledger transaction',
+      (trx) => this.applyBatchInTransaction(trx, observations)
+    )
     await this.notifyBatch(batch)
     return batch.results
   }
@@ -654,18 +660,26 @@ export class PayoutLedger {
    * be notifying them). Returns how many changes were notified.
    */
   renotify(options: { olderThanMs?: number; limit?: number } = {}): Promise<number> {
-    this.#sweep ??= this.#renotify(options).finally(() => (this.#sweep = undefined))
+    // One sweep at a time, and never one that hangs on a dead connection: at its deadline
+    // the next call starts a fresh one.
+    this.#sweep ??= withDeadline(
+      this.#renotify(options),
+      this.transactionTimeoutMs,
+      'outbox sweep'
+    ).finally(() => (this.#sweep = undefined))
     return this.#sweep
   }
 
   async #renotify(options: { olderThanMs?: number; limit?: number }): Promise<number> {
     const client = this.db.connection(this.connection)
     const before = DateTime.now().minus({ milliseconds: options.olderThanMs ?? 10_000 })
-    const rows = await PayoutEvent.query({ client })
-      .whereNull('notified_at')
-      .where('created_at', '<=', dbDate(client, before))
-      .orderBy('id', 'asc')
-      .limit(options.limit ?? 100)
+    const rows = await this.#bounded(
+      PayoutEvent.query({ client })
+        .whereNull('notified_at')
+        .where('created_at', '<=', dbDate(client, before))
+        .orderBy('id', 'asc')
+        .limit(options.limit ?? 100)
+    )
     let notified = 0
     for (const row of rows) {
       if (this.#notifying.has(row.id)) continue
@@ -683,11 +697,12 @@ export class PayoutLedger {
   /** The payout's last applied change, as the position it holds now. */
   async #latestChange(payout: Payout): Promise<PayoutChange | null> {
     const client = this.db.connection(this.connection)
-    const last = await PayoutEvent.query({ client })
-      .where('payout_uuid', payout.payoutUuid)
-      .where('applied', true)
-      .orderBy('id', 'desc')
-      .first()
+    const last = await this.#bounded(
+      PayoutEvent.query({ client })
+        .where('payout_uuid', payout.payoutUuid)
+        .where('applied', true)
+        .orderBy('id', 'desc')
+    ).first()
     if (!last) return null
     return {
       payout,
@@ -703,20 +718,24 @@ export class PayoutLedger {
   /** The change a payout_events row applied, replayed from the payout's log up to it. */
   async #rebuild(row: PayoutEvent): Promise<PayoutChange | null> {
     const client = this.db.connection(this.connection)
-    const found = await Payout.query({ client }).where('payout_uuid', row.payoutUuid).first()
+    const found = await this.#bounded(
+      Payout.query({ client }).where('payout_uuid', row.payoutUuid)
+    ).first()
     if (!found) return null
     // A change of a placeholder since merged is told as it would have been: under its read
     // id, without the UUID's owner.
     const payout = row.mergedFrom ? snapshotOf(found) : found
     if (row.mergedFrom) Object.assign(payout, { payoutUuid: row.mergedFrom, ownerId: null })
     // Its own line only: a merged placeholder's rows moved the placeholder, not this row.
-    const history = await PayoutEvent.query({ client })
-      .where('payout_uuid', row.payoutUuid)
-      .where('id', '<=', row.id)
-      .where((line) =>
-        row.mergedFrom ? line.where('merged_from', row.mergedFrom) : line.whereNull('merged_from')
-      )
-      .orderBy('id', 'asc')
+    const history = await this.#bounded(
+      PayoutEvent.query({ client })
+        .where('payout_uuid', row.payoutUuid)
+        .where('id', '<=', row.id)
+        .where((line) =>
+          row.mergedFrom ? line.where('merged_from', row.mergedFrom) : line.whereNull('merged_from')
+        )
+        .orderBy('id', 'asc')
+    )
     // Positions as #applyOne saw them: null until a first observation reached
     // the row, then moved by the applied rows only.
     let position: PayoutPosition | null = null
@@ -743,10 +762,20 @@ export class PayoutLedger {
   async #markNotified(ids: number[]) {
     if (ids.length === 0) return
     const client = this.db.connection(this.connection)
-    await client
-      .from(PayoutEvent.table)
-      .whereIn('id', ids)
-      .update({ notified_at: dbDate(client) })
+    await this.#bounded(
+      client
+        .from(PayoutEvent.table)
+        .whereIn('id', ids)
+        .update({ notified_at: dbDate(client) })
+    )
+  }
+
+  /**
+   * Knex's statement timeout, for statements outside a bounded transaction: one that
+   * times out fails, and its connection is destroyed rather than returned to the pool.
+   */
+  #bounded<Query extends { timeout(ms: number): Query }>(query: Query): Query {
+    return this.transactionTimeoutMs > 0 ? query.timeout(this.transactionTimeoutMs) : query
   }
 
   #fill(row: Payout, observation: PayoutObservation) {

@@ -142,10 +142,14 @@ export class PayoutsService {
         // A deposit the service detected moves with the payout, in the same COMMIT.
         inTransaction: (trx, changes) => escrow.confirmDetected(trx, changes),
       },
-      connection
+      connection,
+      this.config.ledger.transactionTimeoutMs
     )
     const executor = new PayoutExecutor({ db, ledger, client: this.client, connection })
-    const inbox = new InboxStore(db, tableNames(tablePrefix).webhookDeliveries, connection)
+    const inbox = new InboxStore(db, tableNames(tablePrefix).webhookDeliveries, connection, {
+      insertTimeoutMs: this.config.webhook.ackTimeoutMs,
+      transactionTimeoutMs: this.config.ledger.transactionTimeoutMs,
+    })
     // What a stored delivery says about a payout (or why it says nothing).
     const observe = (envelope: EventEnvelope, row: { source: string; deliveryId: string }) =>
       mapper.observationFromEvent(envelope, row.source as 'webhook', row.deliveryId)
@@ -153,6 +157,7 @@ export class PayoutsService {
       store: inbox,
       logger: this.#deps.logger,
       batchSize: this.config.webhook.processBatchSize,
+      stepTimeoutMs: this.config.ledger.transactionTimeoutMs,
       handler: async (envelope, row) => {
         const mapped = observe(envelope, row)
         if ('skip' in mapped) return mapped.skip
@@ -208,7 +213,16 @@ export class PayoutsService {
     })
     const cipher = await this.#deps.encryption?.()
     const secrets = cipher
-      ? new SecretStore(db, tableNames(tablePrefix).webhookSecrets, cipher, connection)
+      ? new SecretStore(
+          db,
+          tableNames(tablePrefix).webhookSecrets,
+          cipher,
+          connection,
+          undefined,
+          // Half the route's bound: a load given up leaves the other half to answer 503,
+          // and a delivery arriving after that starts a fresh load.
+          Math.ceil(this.config.webhook.ackTimeoutMs / 2)
+        )
       : null
     return { db, ledger, executor, recipients, reconciler, escrow, inbox, processor, secrets }
   }
@@ -406,6 +420,7 @@ export class PayoutsService {
       secrets: () => this.webhookSecrets(),
       toleranceSeconds: this.config.webhook.toleranceSeconds,
       maxBodyBytes: this.config.webhook.maxBodyBytes,
+      ackTimeoutMs: this.config.webhook.ackTimeoutMs,
       logger: this.#deps.logger,
       onStored: () => void this.parts().then(({ processor }) => processor.kick()),
     })
@@ -457,6 +472,7 @@ export class PayoutsService {
     this.#scheduler = new JobScheduler({
       locks: locks.locks,
       logger: this.#deps.logger,
+      runTimeoutMs: jobs.runTimeoutMs,
       jobs: [
         { name: 'reconcile', intervalMs: jobs.reconcileEveryMs, run: () => this.reconcile() },
         { name: 'escrow', intervalMs: jobs.escrowEveryMs, run: () => this.escrow.confirmDue() },

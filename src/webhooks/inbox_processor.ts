@@ -1,5 +1,6 @@
 import type { Logger } from '@adonisjs/core/logger'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
+import { isDeadlineError, withDeadline } from '../database/deadline.ts'
 import { eventEnvelopeSchema, type EventEnvelope } from '../schemas/events.ts'
 import type { InboxRow, InboxStore, InboxVerdict } from './inbox_store.ts'
 import { PermanentEventError } from './event_mapper.ts'
@@ -34,6 +35,12 @@ export interface InboxProcessorOptions {
   /** How long a claimed row is held before another process may take it over. */
   leaseMs?: number
   batchSize?: number
+  /**
+   * Bound of every step of the row-by-row path (a claim, a handler, a mark); the batch
+   * path's transaction is bounded by the store. A stalled step fails the drain, which is
+   * logged, and the next kick starts afresh; 0 waits forever.
+   */
+  stepTimeoutMs?: number
   now?: () => Date
 }
 
@@ -54,6 +61,7 @@ export class InboxProcessor {
       baseBackoffMs: 1000,
       leaseMs: 60_000,
       batchSize: 100,
+      stepTimeoutMs: 0,
       now: () => new Date(),
       ...options,
     }
@@ -129,6 +137,8 @@ export class InboxProcessor {
         }
       )
     } catch (error) {
+      // A stalled database fails the drain; row by row would only stall again.
+      if (isDeadlineError(error)) throw error
       logger.debug({ err: (error as Error).message }, 'payouts inbox: batch goes row by row')
       return -1
     }
@@ -150,10 +160,13 @@ export class InboxProcessor {
 
   /** One batch claimed with a lease, then processed row by row; returns the rows handled. */
   async #drainWithLeases(): Promise<number> {
-    const rows = await this.#options.store.claimDue(
-      this.#options.now(),
-      this.#options.batchSize,
-      this.#options.leaseMs
+    const rows = await this.#step(
+      this.#options.store.claimDue(
+        this.#options.now(),
+        this.#options.batchSize,
+        this.#options.leaseMs
+      ),
+      'inbox claim'
     )
     // Rows applied without a note are marked together after the batch: one commit, not
     // one per row. A crash before it leaves them to be applied again when their lease
@@ -165,9 +178,13 @@ export class InboxProcessor {
         if (envelope && (await this.#process(envelope, row))) done.push(row.id)
       }
     } finally {
-      await this.#options.store.markProcessed(done)
+      await this.#step(this.#options.store.markProcessed(done), 'inbox mark')
     }
     return rows.length
+  }
+
+  #step<T>(work: Promise<T>, what: string): Promise<T> {
+    return withDeadline(work, this.#options.stepTimeoutMs, what)
   }
 
   #parseEnvelope(row: InboxRow): EventEnvelope | null {
@@ -187,7 +204,7 @@ export class InboxProcessor {
       { deliveryId: row.deliveryId },
       'payouts inbox: unparsable event kept'
     )
-    await this.#options.store.markFailed(row.id, UNPARSABLE, null)
+    await this.#step(this.#options.store.markFailed(row.id, UNPARSABLE, null), 'inbox mark')
     return null
   }
 
@@ -195,9 +212,9 @@ export class InboxProcessor {
   async #process(envelope: EventEnvelope, row: InboxRow): Promise<boolean> {
     const { store, logger } = this.#options
     try {
-      const note = await this.#options.handler(envelope, row)
+      const note = await this.#step(this.#options.handler(envelope, row), 'inbox event')
       if (!note) return true
-      await store.markProcessed([row.id], note)
+      await this.#step(store.markProcessed([row.id], note), 'inbox mark')
       return false
     } catch (error) {
       const message = (error as Error).message ?? String(error)
@@ -211,7 +228,7 @@ export class InboxProcessor {
         { deliveryId: row.deliveryId, attempts: row.attempts, dead: retryAt === null },
         'payouts inbox: event processing failed'
       )
-      await store.markFailed(row.id, message, retryAt)
+      await this.#step(store.markFailed(row.id, message, retryAt), 'inbox mark')
       return false
     }
   }

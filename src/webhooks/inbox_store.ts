@@ -2,6 +2,7 @@ import type { Database } from '@adonisjs/lucid/database'
 import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { affectedRows, locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
 import { dbDate } from '../database/dates.ts'
+import { boundedTransaction, dropIdleConnections, withDeadline } from '../database/deadline.ts'
 
 /** A delivery as the route hands it to the inbox. */
 export interface InboxDeliveryInput {
@@ -68,8 +69,17 @@ export class InboxStore {
     private db: Database,
     private table: string,
     private connection?: string,
-    /** Forces row-by-row inserts and claims (what MySQL gets), for tests on other dialects. */
-    private options: { rowByRow?: boolean } = {}
+    private options: {
+      /** Forces row-by-row inserts and claims (what MySQL gets), for tests on other dialects. */
+      rowByRow?: boolean
+      /**
+       * How long one insert statement may take before its waiters fail and the next batch
+       * starts (its connection is dropped); 0 waits forever.
+       */
+      insertTimeoutMs?: number
+      /** How long a processing transaction may take before it is abandoned; 0 waits forever. */
+      transactionTimeoutMs?: number
+    } = {}
   ) {}
 
   #client(): QueryClientContract {
@@ -109,14 +119,19 @@ export class InboxStore {
         // No INSERT ... ON CONFLICT ... RETURNING (MySQL, MariaDB): one row at a time,
         // each delivery told its own outcome.
         for (const entry of batch) {
-          await this.#insertOne(client, entry.input).then(entry.resolve, entry.reject)
+          await this.#bounded(this.#insertOne(client, entry.input)).then(
+            entry.resolve,
+            entry.reject
+          )
         }
         continue
       }
       try {
-        const outcomes = await this.#insertBatch(
-          client,
-          batch.map((entry) => entry.input)
+        const outcomes = await this.#bounded(
+          this.#insertBatch(
+            client,
+            batch.map((entry) => entry.input)
+          )
         )
         batch.forEach((entry, index) => entry.resolve(outcomes[index]))
       } catch (error) {
@@ -124,6 +139,29 @@ export class InboxStore {
       }
     }
     this.#flushing = false
+  }
+
+  /**
+   * A stuck statement fails its own waiters and lets the loop go on with the next batch.
+   * Were it awaited unbounded, one connection that stops answering without closing would
+   * hold every later delivery behind it, for good.
+   */
+  #bounded<T>(insert: Promise<T>): Promise<T> {
+    return withDeadline(insert, this.options.insertTimeoutMs ?? 0, 'inbox insert', (error) =>
+      dropIdleConnections(this.#client(), error)
+    )
+  }
+
+  /** The processing bound on a statement of the row-by-row path, as on `#statementTimeout`. */
+  #processingTimeout<Query extends { timeout(ms: number): Query }>(query: Query): Query {
+    const ms = this.options.transactionTimeoutMs ?? 0
+    return ms > 0 ? query.timeout(ms) : query
+  }
+
+  /** Knex's own statement timeout: a connection whose statement timed out is destroyed. */
+  #statementTimeout<Query extends { timeout(ms: number): Query }>(query: Query): Query {
+    const ms = this.options.insertTimeoutMs ?? 0
+    return ms > 0 ? query.timeout(ms) : query
   }
 
   /** One multi-row insert; rows whose delivery id exists already are skipped, not failed. */
@@ -138,13 +176,15 @@ export class InboxStore {
     })
     const receivedAt = dbDate(client)
     const rows = [...firstIndex.values()].map((index) => this.#row(inputs[index], receivedAt))
-    const inserted: Array<{ delivery_id: string }> = await client
-      .knexQuery()
-      .table(this.table)
-      .insert(rows)
-      .onConflict('delivery_id')
-      .ignore()
-      .returning('delivery_id')
+    const inserted: Array<{ delivery_id: string }> = await this.#statementTimeout(
+      client
+        .knexQuery()
+        .table(this.table)
+        .insert(rows)
+        .onConflict('delivery_id')
+        .ignore()
+        .returning('delivery_id')
+    )
     const stored = new Set(inserted.map((row) => row.delivery_id))
     return inputs.map((input, index) =>
       firstIndex.get(input.deliveryId) === index && stored.has(input.deliveryId)
@@ -155,10 +195,12 @@ export class InboxStore {
 
   async #insertOne(client: QueryClientContract, input: InboxDeliveryInput) {
     try {
-      await client
-        .insertQuery()
-        .table(this.table)
-        .insert(this.#row(input, dbDate(client)))
+      await this.#statementTimeout(
+        client
+          .knexQuery()
+          .table(this.table)
+          .insert(this.#row(input, dbDate(client)))
+      )
       return 'stored' as const
     } catch (error) {
       if (isUniqueViolation(error)) return 'duplicate' as const
@@ -188,11 +230,12 @@ export class InboxStore {
   async claimDue(now: Date, limit: number, leaseMs: number): Promise<InboxRow[]> {
     const client = this.#client()
     const due = <Query>(query: Query) => this.#due(query, client, now)
-    const candidates: Array<{ id: number; state: string; attempts: number }> = await due(
-      client.from(this.table).select('id', 'state', 'attempts')
-    )
-      .orderBy('id', 'asc')
-      .limit(limit)
+    const candidates: Array<{ id: number; state: string; attempts: number }> =
+      await this.#processingTimeout(
+        due(client.from(this.table).select('id', 'state', 'attempts'))
+          .orderBy('id', 'asc')
+          .limit(limit)
+      )
     if (candidates.length === 0) return []
     const lease = dbDate(client, new Date(now.getTime() + leaseMs))
 
@@ -251,7 +294,8 @@ export class InboxStore {
     limit: number,
     work: (trx: TransactionClientContract, rows: InboxRow[]) => Promise<InboxVerdict[]>
   ): Promise<{ rows: InboxRow[]; verdicts: InboxVerdict[] } | null> {
-    return this.#client().transaction(async (trx) => {
+    const timeoutMs = this.options.transactionTimeoutMs ?? 0
+    return boundedTransaction(this.#client(), timeoutMs, 'inbox processing', async (trx) => {
       // Claimed in one statement (the job-queue form): the subquery picks due rows in id
       // order and, on PostgreSQL, locks them, skipping rows another instance holds.
       const candidates = this.#due(trx.knexQuery().table(this.table).select('id'), trx, now)
@@ -307,28 +351,22 @@ export class InboxStore {
   async markProcessed(ids: number[], note: string | null = null) {
     if (ids.length === 0) return
     const client = this.#client()
-    await client
-      .from(this.table)
-      .whereIn('id', ids)
-      .update({
-        state: 'processed',
-        processed_at: dbDate(client),
-        next_attempt_at: null,
-        last_error: note,
-      })
+    await this.#processingTimeout(client.from(this.table).whereIn('id', ids)).update({
+      state: 'processed',
+      processed_at: dbDate(client),
+      next_attempt_at: null,
+      last_error: note,
+    })
   }
 
   /** Records a failure: retried at `retryAt`, or dead-lettered when it is null. */
   async markFailed(id: number, error: string, retryAt: Date | null) {
     const client = this.#client()
-    await client
-      .from(this.table)
-      .where('id', id)
-      .update({
-        state: retryAt ? 'failed' : 'dead',
-        next_attempt_at: retryAt ? dbDate(client, retryAt) : null,
-        last_error: error.slice(0, 2000),
-      })
+    await this.#processingTimeout(client.from(this.table).where('id', id)).update({
+      state: retryAt ? 'failed' : 'dead',
+      next_attempt_at: retryAt ? dbDate(client, retryAt) : null,
+      last_error: error.slice(0, 2000),
+    })
   }
 
   /**

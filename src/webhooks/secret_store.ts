@@ -1,5 +1,6 @@
 import type { Database } from '@adonisjs/lucid/database'
 import { dbDate } from '../database/dates.ts'
+import { dropIdleConnections, withDeadline } from '../database/deadline.ts'
 
 /** Encrypts and decrypts with the app's APP_KEY (AdonisJS `encryption`). */
 export interface SecretCipher {
@@ -37,7 +38,9 @@ export class SecretStore {
     private table: string,
     private cipher: SecretCipher,
     private connection?: string,
-    private ttlMs = 30_000
+    private ttlMs = 30_000,
+    /** A load that takes longer fails its waiters; the next request loads again. */
+    private loadTimeoutMs = 5000
   ) {}
 
   async save(input: { subscriptionId: string; url: string; secret: string }) {
@@ -78,9 +81,15 @@ export class SecretStore {
     if (this.#cache && Date.now() - this.#cache.at < this.ttlMs) {
       return Promise.resolve(this.#cache.secrets)
     }
-    // One read however many webhooks arrive while the cache is stale.
+    // One read however many webhooks arrive while the cache is stale. A read that stalls
+    // is given up at its deadline, so the next request starts a fresh one.
     if (!this.#loading) {
-      const loading = this.#load().finally(() => {
+      const loading = withDeadline(
+        this.#load(),
+        this.loadTimeoutMs,
+        'webhook secrets load',
+        (error) => dropIdleConnections(this.db.connection(this.connection), error)
+      ).finally(() => {
         if (this.#loading === loading) this.#loading = undefined
       })
       this.#loading = loading
@@ -90,7 +99,9 @@ export class SecretStore {
 
   async #load(): Promise<StoredSubscription[]> {
     const generation = this.#generation
-    const rows = await this.db.connection(this.connection).from(this.table).orderBy('id')
+    const query = this.db.connection(this.connection).from(this.table).orderBy('id')
+    // Knex drops the connection of a statement that timed out.
+    const rows = await (this.loadTimeoutMs > 0 ? query.timeout(this.loadTimeoutMs) : query)
     const secrets = rows.map((row: any) => ({
       subscriptionId: row.subscription_id,
       url: row.url,

@@ -1,5 +1,6 @@
 import type { HttpContext } from '@adonisjs/core/http'
 import type { Logger } from '@adonisjs/core/logger'
+import { isDeadlineError, withDeadline } from '../database/deadline.ts'
 import { verifySignature } from '../signature/main.ts'
 import { BodyTooLargeError, readRawBody } from './raw_body.ts'
 import type { InboxStore } from './inbox_store.ts'
@@ -11,6 +12,11 @@ export interface WebhookReceiverOptions {
   secrets: () => string[] | Promise<string[]>
   toleranceSeconds: number
   maxBodyBytes: number
+  /**
+   * The route answers within this time of a request's arrival, whatever the database
+   * does: past it, 503, and the service delivers again (it gives a receiver 10 s).
+   */
+  ackTimeoutMs: number
   logger: Logger
   /** Called after a new delivery is persisted, so processing starts after the ack. */
   onStored?: () => void
@@ -27,8 +33,10 @@ const DELIVERY_ID = /^[A-Za-z0-9._:-]{1,255}$/
 export class WebhookReceiver {
   constructor(private options: WebhookReceiverOptions) {}
 
-  async handle({ request, response }: HttpContext) {
-    const { logger } = this.options
+  async handle(ctx: HttpContext) {
+    const startedAt = Date.now()
+    const { logger, ackTimeoutMs } = this.options
+    const { request, response } = ctx
     let raw: Buffer
     try {
       raw = await readRawBody(request.request, this.options.maxBodyBytes)
@@ -45,10 +53,42 @@ export class WebhookReceiver {
     if (!deliveryId || !DELIVERY_ID.test(deliveryId)) {
       return this.#reject(response, 'missing or malformed Svc-Delivery-Id')
     }
+    const remaining = ackTimeoutMs - (Date.now() - startedAt)
+    let outcome: 'stored' | 'duplicate' | 'rejected'
+    try {
+      outcome = await withDeadline(
+        this.#verifyAndStore(ctx, raw, deliveryId),
+        Math.max(1, remaining),
+        'webhook acknowledgement'
+      )
+    } catch (error) {
+      // Not known to be stored: answer 5xx so the service delivers it again.
+      logger.error(
+        { deliveryId, err: (error as Error).message, timedOut: isDeadlineError(error) },
+        'payouts webhook not stored'
+      )
+      return response.status(503).send({ error: 'temporarily unavailable' })
+    }
+    if (outcome === 'rejected') return
+    if (outcome === 'duplicate') {
+      return response.status(200).send({ received: true, duplicate: true })
+    }
+    this.options.onStored?.()
+    return response.status(200).send({ received: true })
+  }
+
+  /** The secrets, the signature, the insert: every step that may wait on the database. */
+  async #verifyAndStore(
+    { request, response }: HttpContext,
+    raw: Buffer,
+    deliveryId: string
+  ): Promise<'stored' | 'duplicate' | 'rejected'> {
+    const { logger } = this.options
     const secrets = await this.options.secrets()
     if (secrets.length === 0) {
       logger.error('payouts webhook rejected: no signing secret is configured')
-      return response.status(400).send({ error: 'invalid webhook' })
+      response.status(400).send({ error: 'invalid webhook' })
+      return 'rejected'
     }
     const verdict = verifySignature({
       header: request.header('svc-signature'),
@@ -57,27 +97,18 @@ export class WebhookReceiver {
       toleranceSeconds: this.options.toleranceSeconds,
       nowSeconds: this.options.nowSeconds?.(),
     })
-    if (!verdict.ok) return this.#reject(response, verdict.reason, deliveryId)
-
-    const eventType = (request.header('svc-event-type') ?? 'unknown').slice(0, 100)
-    try {
-      const stored = await this.options.inbox.insert({
-        deliveryId,
-        eventType,
-        rawBody: raw,
-        signatureHeader: request.header('svc-signature')!,
-        source: 'webhook',
-      })
-      if (stored === 'duplicate') {
-        return response.status(200).send({ received: true, duplicate: true })
-      }
-    } catch (error) {
-      // Not stored: answer 5xx so the service delivers it again.
-      logger.error({ deliveryId, err: (error as Error).message }, 'payouts webhook not stored')
-      return response.status(503).send({ error: 'temporarily unavailable' })
+    if (!verdict.ok) {
+      this.#reject(response, verdict.reason, deliveryId)
+      return 'rejected'
     }
-    this.options.onStored?.()
-    return response.status(200).send({ received: true })
+    const eventType = (request.header('svc-event-type') ?? 'unknown').slice(0, 100)
+    return this.options.inbox.insert({
+      deliveryId,
+      eventType,
+      rawBody: raw,
+      signatureHeader: request.header('svc-signature')!,
+      source: 'webhook',
+    })
   }
 
   #reject(response: HttpContext['response'], reason: string, deliveryId?: string) {

@@ -24,7 +24,9 @@ export interface HttpApp {
 export async function startHttpApp(
   cleanup: (fn: () => Promise<void>) => void,
   payouts: Partial<PayoutsConfigInput> = {},
-  setup?: (app: ApplicationService) => Promise<void>
+  setup?: (app: ApplicationService) => Promise<void>,
+  /** Lucid connection settings, when not the suite's database as is (a proxy in front). */
+  connection: Record<string, unknown> = connectionConfig('http')
 ): Promise<HttpApp> {
   const prefix = `w${Math.random().toString(36).slice(2, 8)}_`
   const ignitor = new IgnitorFactory()
@@ -35,7 +37,7 @@ export async function startHttpApp(
         transmit: { pingInterval: false, transport: null },
         database: defineDbConfig({
           connection: 'primary',
-          connections: { primary: connectionConfig('http') as any },
+          connections: { primary: connection as any },
         }),
         payouts: {
           apiKey: TEST_API_KEY,
@@ -44,7 +46,7 @@ export async function startHttpApp(
           webhook: { secret: 'whsec_current_secret', ...payouts.webhook },
           // Tests run jobs by hand; the scheduler has its own test.
           jobs: { enabled: false, ...payouts.jobs },
-          ledger: { tablePrefix: prefix },
+          ledger: { ...payouts.ledger, tablePrefix: prefix },
         },
       },
       rcFileContents: {

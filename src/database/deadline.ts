@@ -1,0 +1,112 @@
+import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
+import { E_PAYOUTS_TIMEOUT } from '../errors.ts'
+import { locksRows } from './dialects.ts'
+
+/**
+ * Settles as `work` does, or rejects with `E_PAYOUTS_TIMEOUT` once `ms` have passed. The
+ * work itself goes on (a promise cannot be cancelled): `onTimeout` may release what it holds.
+ * A later failure of the abandoned work is swallowed, since nobody waits for it any more.
+ */
+export function withDeadline<T>(
+  work: Promise<T>,
+  ms: number,
+  what: string,
+  onTimeout?: (error: Error) => void
+): Promise<T> {
+  if (!(ms > 0) || !Number.isFinite(ms)) return work
+  return new Promise<T>((resolve, reject) => {
+    let settled = false
+    const timer = setTimeout(() => {
+      if (settled) return
+      settled = true
+      const error = new E_PAYOUTS_TIMEOUT([what, ms])
+      work.catch(() => {})
+      try {
+        onTimeout?.(error)
+      } finally {
+        reject(error)
+      }
+    }, ms)
+    work.then(
+      (value) => {
+        if (settled) return
+        settled = true
+        clearTimeout(timer)
+        resolve(value)
+      },
+      (error) => {
+        if (settled) return
+        settled = true
+        clearTimeout(timer)
+        reject(error)
+      }
+    )
+  })
+}
+
+/** Whether an error is a deadline of ours (the work may still finish in the background). */
+export function isDeadlineError(error: unknown): boolean {
+  return error instanceof E_PAYOUTS_TIMEOUT
+}
+
+/**
+ * After a statement of ours timed out, the idle connections of its pool most likely
+ * share its fate (a NAT or proxy dropped every flow at once): each is marked so the pool
+ * destroys it at its next checkout and opens a fresh one, instead of handing out one dead
+ * connection after another, each to cost a request its deadline. Connections in use are
+ * left to their own statements. SQLite has no socket to stall.
+ */
+export function dropIdleConnections(client: QueryClientContract, reason: Error) {
+  if (!locksRows(client)) return
+  const free: Array<{ resource?: Record<string, unknown> }> =
+    (client.getWriteClient() as any)?.client?.pool?.free ?? []
+  for (const idle of free) if (idle.resource) idle.resource.__knex__disposed = reason
+}
+
+/**
+ * A transaction bounded in time: past `ms` it rejects with `E_PAYOUTS_TIMEOUT` and its
+ * connection is dropped, so a database that stops answering without closing the socket
+ * (a NAT or proxy dropping it silently) cannot hold the caller, or the pool slot, forever.
+ * The connection is checked out here and handed to the transaction, so it can be dropped
+ * even when the stall hits `BEGIN`. Dropping closes its socket (the driver's `end()` does
+ * that while a query is in flight): the pending query fails, the server rolls back when it
+ * hears of it, and the pool never hands the connection out again. If COMMIT reached the
+ * server before the stall, the work is done and only the answer is lost: every caller here
+ * is safe to repeat (the ledger ignores what it has seen; the outbox fires un-notified
+ * changes later). SQLite has no socket to stall; its transaction is only waited for.
+ */
+export function boundedTransaction<T>(
+  client: QueryClientContract,
+  ms: number,
+  what: string,
+  work: (trx: TransactionClientContract) => Promise<T>
+): Promise<T> {
+  if (!(ms > 0) || !locksRows(client)) return client.transaction(work)
+  const pool = (client.getWriteClient() as any).client
+  let connection: Record<string, unknown> | undefined
+  let released = false
+  const release = () => {
+    if (released || !connection) return
+    released = true
+    void Promise.resolve(pool.releaseConnection(connection)).catch(() => {})
+  }
+  let expired: Error | undefined
+  const running = (async () => {
+    connection = await pool.acquireConnection()
+    // Given up before the pool answered: back to the pool (dropped, see below).
+    if (expired) return release() as never
+    try {
+      return await client.transaction(work, { connection } as any)
+    } finally {
+      release()
+    }
+  })()
+  return withDeadline(running, ms, what, (error) => {
+    expired = error
+    dropIdleConnections(client, error)
+    if (!connection) return
+    connection.__knex__disposed = error
+    void Promise.resolve(pool.destroyRawConnection(connection)).catch(() => {})
+    release()
+  })
+}
