@@ -1,5 +1,5 @@
 import type { Logger } from '@adonisjs/core/logger'
-import type { EmitterService } from '@adonisjs/core/types'
+import type { EmitterService, EventsList } from '@adonisjs/core/types'
 import type { HttpRouterService } from '@adonisjs/core/types'
 import type { Database } from '@adonisjs/lucid/database'
 import { PayoutsClient } from '../client/main.ts'
@@ -18,6 +18,12 @@ import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
 import type { InboxStore, InboxVerdict } from '../webhooks/inbox_store.ts'
 import type { SecretCipher, SecretStore } from '../webhooks/secret_store.ts'
 import type { PayoutChangedEvent } from '../types/events.ts'
+import {
+  changeEventNames,
+  withEventKey,
+  type PayoutsEventName,
+  type PayoutsEventPayload,
+} from './app_events.ts'
 import type { EventEnvelope } from '../schemas/events.ts'
 
 /** The part of Transmit the service uses (structural, so Transmit stays optional). */
@@ -213,15 +219,16 @@ export class PayoutsService {
     return { db, ledger, executor, recipients, reconciler, escrow, inbox, processor, secrets }
   }
 
-  /** A job's or a deposit's event: a failing listener must not undo or repeat the work. */
-  async #emitSafely(
-    name: 'payouts:stuck' | 'payouts:escrow_confirmed' | 'payouts:escrow_confirmation_failed',
-    data: any
-  ) {
+  /** A job's or a deposit's event, with its key: a failing listener undoes and repeats nothing. */
+  async #emitSafely<Name extends PayoutsEventName>(name: Name, payload: PayoutsEventPayload<Name>) {
+    const data = withEventKey(name, payload)
     try {
-      await this.#deps.emitter?.emit(name, data)
+      await this.#deps.emitter?.emit(name, data as EventsList[Name])
     } catch (error) {
-      this.#deps.logger.error({ err: error, event: name }, 'payouts listener failed')
+      this.#deps.logger.error(
+        { err: error, event: name, eventKey: data.eventKey },
+        'payouts listener failed'
+      )
     }
   }
 
@@ -232,23 +239,17 @@ export class PayoutsService {
     escrow: Pick<EscrowFallback, 'confirmedBy'>
   ) {
     const event = project(change)
-    const emitter = this.#deps.emitter
     // The deposit first: the payout moved because the service had it.
     const deposit = await escrow.confirmedBy(change).catch((error) => {
       this.#deps.logger.error({ err: error }, 'payouts escrow detection not read')
       return null
     })
     if (deposit) await this.#emitSafely('payouts:escrow_confirmed', deposit)
+    const emitter = this.#deps.emitter
     try {
       if (emitter) {
-        if (change.created) await emitter.emit('payouts:created', event)
-        if (!change.created || event.status !== 'pending')
-          await emitter.emit('payouts:status_updated', event)
-        if (event.status !== change.previous?.status) {
-          if (event.status === 'completed') await emitter.emit('payouts:completed', event)
-          if (event.status === 'failed') await emitter.emit('payouts:failed', event)
-          if (event.status === 'cancelled') await emitter.emit('payouts:cancelled', event)
-        }
+        for (const name of changeEventNames(change))
+          await emitter.emit(name, withEventKey(name, event) as EventsList[typeof name])
       }
       this.#broadcast(event)
     } catch (error) {
@@ -322,7 +323,7 @@ export class PayoutsService {
 
   /**
    * Fires the app events of changes that a process killed between COMMIT and its events
-   * left un-notified, with their original eventId. The inbox worker runs it on its
+   * left un-notified, under their original eventKey. The inbox worker runs it on its
    * interval; call it from your own worker when `webhook.retryIntervalMs` is 0.
    */
   async renotify(options?: { olderThanMs?: number; limit?: number }) {
