@@ -219,7 +219,12 @@ export class PayoutsService {
     return { db, ledger, executor, recipients, reconciler, escrow, inbox, processor, secrets }
   }
 
-  /** A job's or a deposit's event, with its key: a failing listener undoes and repeats nothing. */
+  /**
+   * One app event, with its key. Its listeners' failure is logged and goes no further: the
+   * work it reports is committed (neither undone nor repeated), and the events and broadcasts
+   * after it are still attempted. AdonisJS's emitter starts every listener of the event, so a
+   * throwing one stops neither the others nor this event's later ones.
+   */
   async #emitSafely<Name extends PayoutsEventName>(name: Name, payload: PayoutsEventPayload<Name>) {
     const data = withEventKey(name, payload)
     try {
@@ -232,7 +237,7 @@ export class PayoutsService {
     }
   }
 
-  /** App events and broadcasts, after COMMIT, once per real change. */
+  /** App events and broadcasts, after COMMIT, once per real change; each one attempted. */
   async #onChange(
     change: PayoutChange,
     project: (change: PayoutChange) => PayoutChangedEvent,
@@ -245,17 +250,8 @@ export class PayoutsService {
       return null
     })
     if (deposit) await this.#emitSafely('payouts:escrow_confirmed', deposit)
-    const emitter = this.#deps.emitter
-    try {
-      if (emitter) {
-        for (const name of changeEventNames(change))
-          await emitter.emit(name, withEventKey(name, event) as EventsList[typeof name])
-      }
-      this.#broadcast(event)
-    } catch (error) {
-      // The change is committed; a failing listener must not undo or repeat it.
-      this.#deps.logger.error({ err: error, payoutId: event.payoutId }, 'payouts listener failed')
-    }
+    for (const name of changeEventNames(change)) await this.#emitSafely(name, event)
+    this.#broadcast(event)
   }
 
   /**
@@ -273,16 +269,24 @@ export class PayoutsService {
     this.#transmit = transmit
   }
 
-  /** Public fields only, on the payout's channel and its owner's. */
+  /** Public fields only, on the payout's channel and its owner's; each channel attempted. */
   #broadcast(event: PayoutChangedEvent, options: { ownerOnly?: boolean } = {}) {
     if (!this.#transmit) return
     const { payoutChannel, ownerChannel } = this.config.transmit
     const payload = JSON.parse(JSON.stringify(event))
-    if (!options.ownerOnly) {
-      this.#transmit.broadcast(payoutChannel.replace(':payoutId', event.payoutId), payload)
-    }
-    if (event.ownerId) {
-      this.#transmit.broadcast(ownerChannel.replace(':ownerId', event.ownerId), payload)
+    const channels = [
+      ...(options.ownerOnly ? [] : [payoutChannel.replace(':payoutId', event.payoutId)]),
+      ...(event.ownerId ? [ownerChannel.replace(':ownerId', event.ownerId)] : []),
+    ]
+    for (const channel of channels) {
+      try {
+        this.#transmit.broadcast(channel, payload)
+      } catch (error) {
+        this.#deps.logger.error(
+          { err: error, channel, eventId: event.eventId },
+          'payouts broadcast failed'
+        )
+      }
     }
   }
 

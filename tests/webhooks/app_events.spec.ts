@@ -4,7 +4,7 @@ import { Logger } from '@adonisjs/core/logger'
 import type { EventsList } from '@adonisjs/core/types'
 import type { PayoutObservation } from '../../src/ledger/payout_ledger.ts'
 import { EscrowDeposit, PayoutEvent } from '../../src/models/main.ts'
-import { PayoutsService } from '../../src/service/payouts_service.ts'
+import { PayoutsService, type ChannelBroadcaster } from '../../src/service/payouts_service.ts'
 import { waitFor } from '../chaos/helpers.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
@@ -184,5 +184,90 @@ test.group(`App events | a dedupe key per event (${TEST_DB})`, () => {
     assert.lengthOf(listener.received, before + 3)
     assert.lengthOf(handledForChange(), 3)
     assert.equal(new Set(listener.handled.map((e) => e.eventKey)).size, listener.handled.length)
+  })
+})
+
+test.group(`App events | a failing listener silences nothing (${TEST_DB})`, () => {
+  test('a status_updated listener that throws on completed: completed still fires, the broadcasts go out, the failure is logged with the event name and key', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emitter, transmit, logs, start } = await setup(cleanup)
+    const service = start()
+    service.registerChannels(transmit, {})
+    const broadcasts: Array<{ channel: string; payload: any }> = []
+    transmit.on('broadcast', (message) => void broadcasts.push(message))
+    emitter.on('payouts:status_updated', (event) => {
+      if (event.status === 'completed') throw new Error('listener bug')
+    })
+    // A second listener of the same event, registered after the throwing one.
+    const statusUpdates: string[] = []
+    emitter.on('payouts:status_updated', (event) => void statusUpdates.push(event.status))
+    const completions: Array<EventsList['payouts:completed']> = []
+    emitter.on('payouts:completed', (event) => void completions.push(event))
+
+    const { ledger } = await service.parts()
+    const payoutId = randomUUID()
+    await ledger.apply(pending(payoutId))
+    await ledger.apply(completed(payoutId))
+    const change = await PayoutEvent.query()
+      .where('payout_uuid', payoutId)
+      .where('status', 'completed')
+      .firstOrFail()
+    const id = String(change.id)
+
+    assert.deepEqual(statusUpdates, ['completed'], 'the other listener of that event heard it')
+    assert.lengthOf(completions, 1)
+    assert.deepInclude(completions[0], {
+      eventId: id,
+      eventKey: `${id}:payouts:completed`,
+      status: 'completed',
+    })
+    assert.sameDeepMembers(
+      broadcasts
+        .filter(({ payload }) => payload.eventId === id)
+        .map(({ channel, payload }) => [channel, payload.status]),
+      [
+        [`payouts/${payoutId}`, 'completed'],
+        ['payouts/owners/tenant-a', 'completed'],
+      ]
+    )
+    const failures = logs.filter((line) => line.msg === 'payouts listener failed')
+    assert.lengthOf(failures, 1)
+    assert.deepInclude(failures[0], {
+      event: 'payouts:status_updated',
+      eventKey: `${id}:payouts:status_updated`,
+    })
+    assert.equal(failures[0].err.message, 'listener bug')
+    assert.notInclude(JSON.stringify(logs), service.config.apiKey)
+    // What fired is done: the outbox repeats nothing.
+    assert.isNotNull((await change.refresh()).notifiedAt)
+    assert.equal(await service.renotify({ olderThanMs: 0 }), 0)
+    assert.lengthOf(completions, 1)
+  })
+
+  test('a broadcast that throws on one channel does not stop the other', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { logs, start } = await setup(cleanup)
+    const service = start()
+    const sent: string[] = []
+    const broadcaster: ChannelBroadcaster = {
+      authorize: () => {},
+      broadcast: (channel) => {
+        if (!channel.includes('/owners/')) throw new Error('subscriber stream gone')
+        sent.push(channel)
+      },
+    }
+    service.registerChannels(broadcaster, {})
+    const { ledger } = await service.parts()
+    const payoutId = randomUUID()
+    await ledger.apply(pending(payoutId))
+    assert.deepEqual(sent, ['payouts/owners/tenant-a'])
+    assert.deepInclude(
+      logs.find((line) => line.msg === 'payouts broadcast failed'),
+      { channel: `payouts/${payoutId}` }
+    )
   })
 })
