@@ -1,5 +1,5 @@
 import type { Logger } from '@adonisjs/core/logger'
-import type { EmitterService } from '@adonisjs/core/types'
+import type { EmitterService, EventsList } from '@adonisjs/core/types'
 import type { HttpRouterService } from '@adonisjs/core/types'
 import type { Database } from '@adonisjs/lucid/database'
 import { PayoutsClient } from '../client/main.ts'
@@ -18,6 +18,12 @@ import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
 import type { InboxStore, InboxVerdict } from '../webhooks/inbox_store.ts'
 import type { SecretCipher, SecretStore } from '../webhooks/secret_store.ts'
 import type { PayoutChangedEvent } from '../types/events.ts'
+import {
+  changeEventNames,
+  withEventKey,
+  type PayoutsEventName,
+  type PayoutsEventPayload,
+} from './app_events.ts'
 import type { EventEnvelope } from '../schemas/events.ts'
 
 /** The part of Transmit the service uses (structural, so Transmit stays optional). */
@@ -227,48 +233,39 @@ export class PayoutsService {
     return { db, ledger, executor, recipients, reconciler, escrow, inbox, processor, secrets }
   }
 
-  /** A job's or a deposit's event: a failing listener must not undo or repeat the work. */
-  async #emitSafely(
-    name: 'payouts:stuck' | 'payouts:escrow_confirmed' | 'payouts:escrow_confirmation_failed',
-    data: any
-  ) {
+  /**
+   * One app event, with its key. Its listeners' failure is logged and goes no further: the
+   * work it reports is committed (neither undone nor repeated), and the events and broadcasts
+   * after it are still attempted. AdonisJS's emitter starts every listener of the event, so a
+   * throwing one stops neither the others nor this event's later ones.
+   */
+  async #emitSafely<Name extends PayoutsEventName>(name: Name, payload: PayoutsEventPayload<Name>) {
+    const data = withEventKey(name, payload)
     try {
-      await this.#deps.emitter?.emit(name, data)
+      await this.#deps.emitter?.emit(name, data as EventsList[Name])
     } catch (error) {
-      this.#deps.logger.error({ err: error, event: name }, 'payouts listener failed')
+      this.#deps.logger.error(
+        { err: error, event: name, eventKey: data.eventKey },
+        'payouts listener failed'
+      )
     }
   }
 
-  /** App events and broadcasts, after COMMIT, once per real change. */
+  /** App events and broadcasts, after COMMIT, once per real change; each one attempted. */
   async #onChange(
     change: PayoutChange,
     project: (change: PayoutChange) => PayoutChangedEvent,
     escrow: Pick<EscrowFallback, 'confirmedBy'>
   ) {
     const event = project(change)
-    const emitter = this.#deps.emitter
     // The deposit first: the payout moved because the service had it.
     const deposit = await escrow.confirmedBy(change).catch((error) => {
       this.#deps.logger.error({ err: error }, 'payouts escrow detection not read')
       return null
     })
     if (deposit) await this.#emitSafely('payouts:escrow_confirmed', deposit)
-    try {
-      if (emitter) {
-        if (change.created) await emitter.emit('payouts:created', event)
-        if (!change.created || event.status !== 'pending')
-          await emitter.emit('payouts:status_updated', event)
-        if (event.status !== change.previous?.status) {
-          if (event.status === 'completed') await emitter.emit('payouts:completed', event)
-          if (event.status === 'failed') await emitter.emit('payouts:failed', event)
-          if (event.status === 'cancelled') await emitter.emit('payouts:cancelled', event)
-        }
-      }
-      this.#broadcast(event)
-    } catch (error) {
-      // The change is committed; a failing listener must not undo or repeat it.
-      this.#deps.logger.error({ err: error, payoutId: event.payoutId }, 'payouts listener failed')
-    }
+    for (const name of changeEventNames(change)) await this.#emitSafely(name, event)
+    this.#broadcast(event)
   }
 
   /**
@@ -286,16 +283,24 @@ export class PayoutsService {
     this.#transmit = transmit
   }
 
-  /** Public fields only, on the payout's channel and its owner's. */
+  /** Public fields only, on the payout's channel and its owner's; each channel attempted. */
   #broadcast(event: PayoutChangedEvent, options: { ownerOnly?: boolean } = {}) {
     if (!this.#transmit) return
     const { payoutChannel, ownerChannel } = this.config.transmit
     const payload = JSON.parse(JSON.stringify(event))
-    if (!options.ownerOnly) {
-      this.#transmit.broadcast(payoutChannel.replace(':payoutId', event.payoutId), payload)
-    }
-    if (event.ownerId) {
-      this.#transmit.broadcast(ownerChannel.replace(':ownerId', event.ownerId), payload)
+    const channels = [
+      ...(options.ownerOnly ? [] : [payoutChannel.replace(':payoutId', event.payoutId)]),
+      ...(event.ownerId ? [ownerChannel.replace(':ownerId', event.ownerId)] : []),
+    ]
+    for (const channel of channels) {
+      try {
+        this.#transmit.broadcast(channel, payload)
+      } catch (error) {
+        this.#deps.logger.error(
+          { err: error, channel, eventId: event.eventId },
+          'payouts broadcast failed'
+        )
+      }
     }
   }
 
@@ -336,7 +341,7 @@ export class PayoutsService {
 
   /**
    * Fires the app events of changes that a process killed between COMMIT and its events
-   * left un-notified, with their original eventId. The inbox worker runs it on its
+   * left un-notified, under their original eventKey. The inbox worker runs it on its
    * interval; call it from your own worker when `webhook.retryIntervalMs` is 0.
    */
   async renotify(options?: { olderThanMs?: number; limit?: number }) {

@@ -4,13 +4,14 @@ import type { PayoutStatus, PayoutStep } from '../schemas/common.ts'
 export type ObservationSource = 'execute' | 'webhook' | 'websocket' | 'poll' | 'recovery'
 
 /**
- * Payload of every payout app event. Public fields only: banking instructions, payment
- * URLs and secrets never leave the ledger through events or broadcasts.
+ * A committed change of a payout, as its app events and Transmit broadcasts tell it. Public
+ * fields only: banking instructions, payment URLs and secrets never leave the ledger through
+ * events or broadcasts.
  */
 export interface PayoutChangedEvent {
   /**
-   * The change's id (its payout_events row). An event interrupted by a crash fires again
-   * after the restart with the same id, so a listener with side effects can dedupe on it.
+   * The change's id (its payout_events row), shared by every event one change fires: for
+   * correlation. Deduplicate on `eventKey` (app events) instead.
    */
   eventId: string
   payoutId: string
@@ -28,7 +29,7 @@ export interface PayoutChangedEvent {
   changedAt: string
 }
 
-/** Payload of the escrow events; one per quote (a re-emission after a crash keeps quoteId). */
+/** Payload of the escrow events (confirmed: once per quote; failed: once per quote and txHash). */
 export interface EscrowEvent {
   quoteId: string
   payoutId: string | null
@@ -36,7 +37,7 @@ export interface EscrowEvent {
   error?: string
 }
 
-/** Payload of payouts:stuck, raised by reconciliation past the SLA. */
+/** Payload of payouts:stuck, raised once per payout by reconciliation past the SLA. */
 export interface PayoutStuckEvent {
   payoutId: string
   status: PayoutStatus
@@ -44,14 +45,21 @@ export interface PayoutStuckEvent {
   since: string
 }
 
+/**
+ * The payload of an app event as a listener receives it: the event's fields and its key.
+ * `eventKey` is unique per event fired and the same when a crash makes the plugin fire that
+ * event again, so it is the key a listener with side effects deduplicates on.
+ */
+export type WithEventKey<Payload> = Payload & { eventKey: string }
+
 /** The plugin's entries of the AdonisJS `EventsList`. */
 export interface PayoutsEventsList {
-  'payouts:created': PayoutChangedEvent
-  'payouts:status_updated': PayoutChangedEvent
-  'payouts:completed': PayoutChangedEvent
-  'payouts:failed': PayoutChangedEvent
-  'payouts:cancelled': PayoutChangedEvent
-  'payouts:escrow_confirmed': EscrowEvent
-  'payouts:escrow_confirmation_failed': EscrowEvent
-  'payouts:stuck': PayoutStuckEvent
+  'payouts:created': WithEventKey<PayoutChangedEvent>
+  'payouts:status_updated': WithEventKey<PayoutChangedEvent>
+  'payouts:completed': WithEventKey<PayoutChangedEvent>
+  'payouts:failed': WithEventKey<PayoutChangedEvent>
+  'payouts:cancelled': WithEventKey<PayoutChangedEvent>
+  'payouts:escrow_confirmed': WithEventKey<EscrowEvent>
+  'payouts:escrow_confirmation_failed': WithEventKey<EscrowEvent>
+  'payouts:stuck': WithEventKey<PayoutStuckEvent>
 }

@@ -13,3 +13,11 @@ export type {
   WebhookSubscriptionUpdateBody,
 } from '../schemas/requests.ts'
 export type { PayoutStatus, PayoutStep, ExecuteFlow, WebhookEventType } from '../schemas/common.ts'
+export type {
+  PayoutChangedEvent,
+  EscrowEvent,
+  PayoutStuckEvent,
+  WithEventKey,
+  PayoutsEventsList,
+  ObservationSource,
+} from './events.ts'

@@ -1,19 +1,38 @@
 import { test } from '@japa/runner'
 import type { EventsList } from '@adonisjs/core/types'
-import type { PayoutChangedEvent, PayoutStuckEvent, EscrowEvent } from '../../src/types/events.ts'
+import type {
+  PayoutChangedEvent,
+  PayoutStuckEvent,
+  EscrowEvent,
+  WithEventKey,
+} from '../../src/types/events.ts'
 import type { PayoutsService } from '../../src/service/payouts_service.ts'
 import type { ContainerBindings } from '@adonisjs/core/types'
 import '../../src/types/extended.ts'
 
 test.group('Types | what host apps rely on', () => {
-  test('the payout events are declared in EventsList', ({ expectTypeOf }) => {
-    expectTypeOf<EventsList['payouts:created']>().toEqualTypeOf<PayoutChangedEvent>()
-    expectTypeOf<EventsList['payouts:status_updated']>().toEqualTypeOf<PayoutChangedEvent>()
-    expectTypeOf<EventsList['payouts:completed']>().toEqualTypeOf<PayoutChangedEvent>()
-    expectTypeOf<EventsList['payouts:failed']>().toEqualTypeOf<PayoutChangedEvent>()
-    expectTypeOf<EventsList['payouts:cancelled']>().toEqualTypeOf<PayoutChangedEvent>()
-    expectTypeOf<EventsList['payouts:escrow_confirmed']>().toEqualTypeOf<EscrowEvent>()
-    expectTypeOf<EventsList['payouts:stuck']>().toEqualTypeOf<PayoutStuckEvent>()
+  test('the payout events are declared in EventsList, each with its key', ({ expectTypeOf }) => {
+    type Changed = WithEventKey<PayoutChangedEvent>
+    expectTypeOf<EventsList['payouts:created']>().toEqualTypeOf<Changed>()
+    expectTypeOf<EventsList['payouts:status_updated']>().toEqualTypeOf<Changed>()
+    expectTypeOf<EventsList['payouts:completed']>().toEqualTypeOf<Changed>()
+    expectTypeOf<EventsList['payouts:failed']>().toEqualTypeOf<Changed>()
+    expectTypeOf<EventsList['payouts:cancelled']>().toEqualTypeOf<Changed>()
+    expectTypeOf<EventsList['payouts:escrow_confirmed']>().toEqualTypeOf<
+      WithEventKey<EscrowEvent>
+    >()
+    expectTypeOf<EventsList['payouts:escrow_confirmation_failed']>().toEqualTypeOf<
+      WithEventKey<EscrowEvent>
+    >()
+    expectTypeOf<EventsList['payouts:stuck']>().toEqualTypeOf<WithEventKey<PayoutStuckEvent>>()
+    // The dedupe key and the change's id, for correlation, on every change event.
+    expectTypeOf<EventsList['payouts:completed']>()
+      .toHaveProperty('eventKey')
+      .toEqualTypeOf<string>()
+    expectTypeOf<EventsList['payouts:completed']>()
+      .toHaveProperty('eventId')
+      .toEqualTypeOf<string>()
+    expectTypeOf<EventsList['payouts:stuck']>().toHaveProperty('eventKey').toEqualTypeOf<string>()
   })
 
   test('the container binding payouts.manager is the service', ({ expectTypeOf }) => {

@@ -120,7 +120,14 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     const names = app.events.map((e) => e.name).filter((name) => name.startsWith('payouts:'))
     assert.deepEqual(
       app.events.filter((e) => e.name === 'payouts:escrow_confirmed').map((e) => e.data),
-      [{ quoteId: result.quoteId, payoutId: result.payoutId, txHash: null }]
+      [
+        {
+          quoteId: result.quoteId,
+          payoutId: result.payoutId,
+          txHash: null,
+          eventKey: `${result.quoteId}:payouts:escrow_confirmed`,
+        },
+      ]
     )
     // The execute's creation, then the deposit, then the change that showed it.
     assert.deepEqual(names.slice(0, 3), [
