@@ -28,6 +28,7 @@ export interface ApiErrorInit {
   code?: string
   message?: string
   details?: Record<string, unknown>
+  /** Seconds the service asked to wait (Retry-After), possibly fractional. */
   retryAfter?: number | null
   outcomeUnknown?: boolean
   cause?: unknown
@@ -44,6 +45,8 @@ export class PayoutsApiError extends PayoutsError {
   readonly code: string
   readonly details?: Record<string, unknown>
   readonly retryAfter: number | null
+  /** The same wait in milliseconds, or null when the service gave none. */
+  readonly retryAfterMs: number | null
   readonly outcomeUnknown: boolean
 
   constructor(init: ApiErrorInit) {
@@ -52,6 +55,7 @@ export class PayoutsApiError extends PayoutsError {
     this.code = init.code ?? codeForStatus(init.status)
     this.details = init.details
     this.retryAfter = init.retryAfter ?? null
+    this.retryAfterMs = this.retryAfter === null ? null : Math.round(this.retryAfter * 1000)
     this.outcomeUnknown = init.outcomeUnknown ?? false
   }
 
@@ -63,6 +67,7 @@ export class PayoutsApiError extends PayoutsError {
       message: this.message,
       details: this.details,
       retryAfter: this.retryAfter,
+      retryAfterMs: this.retryAfterMs,
       outcomeUnknown: this.outcomeUnknown,
     }
   }
@@ -115,6 +120,11 @@ export class MaxActiveSubscriptionsExceededError extends PayoutsApiError {
 export class BusinessRuleError extends PayoutsApiError {
   override name = 'BusinessRuleError'
 }
+/**
+ * 429, retried per Retry-After until the retries run out or the service asks for a wait
+ * above `retry.maxRetryAfterMs`; also thrown without sending when the service's headers say
+ * the family stays exhausted longer than that. `retryAfterMs` is the wait asked for.
+ */
 export class RateLimitedError extends PayoutsApiError {
   override name = 'RateLimitedError'
 }

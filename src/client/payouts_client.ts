@@ -63,9 +63,10 @@ export interface PayoutsClientOptions {
   logger?: ClientLogger
   /** Development only: allow http://127.0.0.1 and localhost webhook URLs (the emulator). */
   allowInsecureLoopbackWebhooks?: boolean
-  /** Injectable for tests: how retries wait, and the jitter source. */
+  /** Injectable for tests: how retries wait, the jitter source, and the clock (epoch ms). */
   sleep?: (ms: number) => Promise<void>
   random?: () => number
+  now?: () => number
 }
 
 export interface CallOptions {
@@ -198,7 +199,7 @@ export class PayoutsClient {
         maxRetries: 5,
         baseDelayMs: 1000,
         jitter: 0.2,
-        maxRetryAfterMs: 60_000,
+        maxRetryAfterMs: 120_000,
         ...options.retry,
       },
       userAgent: options.userAgent ?? `@svc/adonis-payouts/${PACKAGE_VERSION}`,
@@ -206,6 +207,7 @@ export class PayoutsClient {
       logger: options.logger,
       sleep: options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms))),
       random: options.random ?? Math.random,
+      now: options.now ?? Date.now,
     })
   }
 

@@ -55,13 +55,14 @@ const classification: Array<{
     waits: [30000],
   },
   {
-    name: '429 Retry-After is capped',
+    name: '429 Retry-After above the ceiling ends the call, never a shorter wait',
     replies: [
       { status: 429, body: { error: 'rate limit exceeded' }, headers: { 'retry-after': '86400' } },
       ok,
     ],
-    attempts: 2,
-    waits: [60000],
+    attempts: 1,
+    waits: [],
+    fails: true,
   },
   {
     name: '409 IDEMPOTENCY_REQUEST_IN_FLIGHT waits Retry-After',
