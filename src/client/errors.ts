@@ -100,8 +100,11 @@ export class UnauthorizedError extends PayoutsApiError {
 export class ForbiddenError extends PayoutsApiError {
   override name = 'ForbiddenError'
 }
-/** 403 `environment_scope mismatch`: a sk_test_ key on production or the reverse. */
-export class WrongEnvironmentError extends PayoutsApiError {
+/**
+ * 403 `environment_scope mismatch`: a sk_test_ key on production or the reverse. A
+ * ForbiddenError like any 403: the wording only makes the message clearer.
+ */
+export class WrongEnvironmentError extends ForbiddenError {
   override name = 'WrongEnvironmentError'
 }
 export class NotFoundError extends PayoutsApiError {
@@ -128,7 +131,10 @@ export class BusinessRuleError extends PayoutsApiError {
 export class RateLimitedError extends PayoutsApiError {
   override name = 'RateLimitedError'
 }
-/** The single 500 of confirm-escrow-deposit: a persistent failure, never blind-retried. */
+/**
+ * Any 500 of confirm-escrow-deposit, whatever its body: the spec collapses every persistent
+ * failure into it and says not to blind-retry it.
+ */
 export class EscrowConfirmationFailedError extends PayoutsApiError {
   override name = 'EscrowConfirmationFailedError'
 }
@@ -164,7 +170,11 @@ const BY_CODE: Record<string, typeof PayoutsApiError> = {
   RATE_LIMITED: RateLimitedError,
 }
 
-/** Maps an HTTP error answer to its typed error. All three body shapes of the spec parse. */
+/**
+ * Maps an HTTP error answer to its typed error. All three body shapes of the spec parse.
+ * The status and the code decide; the `error` text (which the service may reword) only
+ * names a 403's subclass, and a 403 is never retried either way.
+ */
 export function errorFromResponse(
   status: number,
   body: ErrorBody | null,
@@ -178,16 +188,21 @@ export function errorFromResponse(
     message,
     details: body?.details,
     retryAfter,
+    outcomeUnknown: status >= 500,
   }
-  if (status === 403 && /environment_scope mismatch/i.test(message)) {
-    return new WrongEnvironmentError({ ...init, code: body?.code ?? 'ENVIRONMENT_SCOPE_MISMATCH' })
+  if (status === 500 && context.escrowConfirm) {
+    return new EscrowConfirmationFailedError({
+      ...init,
+      code: 'ESCROW_CONFIRMATION_FAILED',
+      message: body?.error || 'escrow deposit confirmation failed',
+      outcomeUnknown: false,
+    })
   }
   if (
-    status === 500 &&
-    context.escrowConfirm &&
-    /escrow deposit confirmation failed/i.test(message)
+    status === 403 &&
+    (body?.code === 'ENVIRONMENT_SCOPE_MISMATCH' || /environment_scope mismatch/i.test(message))
   ) {
-    return new EscrowConfirmationFailedError({ ...init, code: 'ESCROW_CONFIRMATION_FAILED' })
+    return new WrongEnvironmentError({ ...init, code: body?.code ?? 'ENVIRONMENT_SCOPE_MISMATCH' })
   }
   // Own keys only: a code like "constructor" or "toString" must not reach Object.prototype.
   const byCode = body?.code && Object.hasOwn(BY_CODE, body.code) ? BY_CODE[body.code] : undefined
@@ -198,6 +213,6 @@ export function errorFromResponse(
   if (status === 404) return new NotFoundError(init)
   if (status === 422) return new BusinessRuleError(init)
   if (status === 429) return new RateLimitedError(init)
-  if (status >= 500) return new ServerError({ ...init, outcomeUnknown: true })
+  if (status >= 500) return new ServerError(init)
   return new PayoutsApiError(init)
 }

@@ -347,9 +347,10 @@ export class PayoutsClient {
   }
 
   /**
-   * POST /rfq/confirm-escrow-deposit. Its single 500 is an EscrowConfirmationFailedError
-   * and is never retried; without an Idempotency-Key the call is not repeated once it may
-   * have reached the service.
+   * POST /rfq/confirm-escrow-deposit. Any 500, whatever its body, is an
+   * EscrowConfirmationFailedError after one request. The call is idempotent on
+   * (quoteId, txHash) (spec), so other 5xx, network errors and timeouts are retried with
+   * the backoff, with or without an Idempotency-Key.
    */
   async confirmEscrowDeposit(body: ConfirmEscrowDepositBody, options?: CallOptions) {
     const payload = validate(confirmEscrowDepositSchema, body)
@@ -362,7 +363,7 @@ export class PayoutsClient {
       path: this.#path('confirmEscrowDeposit'),
       body: payload,
       idempotencyKey,
-      safeToRepeat: idempotencyKey !== undefined,
+      safeToRepeat: true,
       family: 'execute',
       escrowConfirm: true,
       signal: options?.signal,

@@ -88,6 +88,7 @@ const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_CON
  * errors and timeouts back off exponentially; 429 and 409 IDEMPOTENCY_REQUEST_IN_FLIGHT
  * wait Retry-After (the backoff when it is missing or unusable); every other 4xx fails at
  * once. A family the service reported exhausted waits for its reset before sending.
+ * Decisions read the status and the code, never the error's text.
  */
 export class Transport {
   #baseUrl: string
@@ -156,7 +157,8 @@ export class Transport {
     if (waitsRetryAfter(error)) {
       return error.retryAfterMs === null || error.retryAfterMs <= this.options.retry.maxRetryAfterMs
     }
-    if (error.code === 'ESCROW_CONFIRMATION_FAILED') return false
+    // Confirm-escrow's 500 is its persistent failure, whatever the body says (spec).
+    if (spec.escrowConfirm && error.status === 500) return false
     const transient =
       error.status >= 500 ||
       error instanceof PayoutsNetworkError ||
