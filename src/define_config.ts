@@ -7,8 +7,13 @@ const retrySchema = z
     maxRetries: z.number().int().min(0).max(10).default(5),
     baseDelayMs: z.number().int().min(0).default(1000),
     jitter: z.number().min(0).max(1).default(0.2),
+    /**
+     * The longest wait the service may ask for (Retry-After, X-RateLimit-Reset); a longer
+     * one ends the call in a RateLimitedError carrying `retryAfterMs`, never a shorter wait.
+     */
+    maxRetryAfterMs: z.number().int().positive().default(120_000),
   })
-  .default({ maxRetries: 5, baseDelayMs: 1000, jitter: 0.2 })
+  .default({ maxRetries: 5, baseDelayMs: 1000, jitter: 0.2, maxRetryAfterMs: 120_000 })
 
 /** The shape `config/payouts.ts` is validated against at boot. */
 export const payoutsConfigSchema = z.object({

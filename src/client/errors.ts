@@ -28,6 +28,7 @@ export interface ApiErrorInit {
   code?: string
   message?: string
   details?: Record<string, unknown>
+  /** Seconds the service asked to wait (Retry-After), possibly fractional. */
   retryAfter?: number | null
   outcomeUnknown?: boolean
   cause?: unknown
@@ -44,6 +45,8 @@ export class PayoutsApiError extends PayoutsError {
   readonly code: string
   readonly details?: Record<string, unknown>
   readonly retryAfter: number | null
+  /** The same wait in milliseconds, or null when the service gave none. */
+  readonly retryAfterMs: number | null
   readonly outcomeUnknown: boolean
 
   constructor(init: ApiErrorInit) {
@@ -52,6 +55,7 @@ export class PayoutsApiError extends PayoutsError {
     this.code = init.code ?? codeForStatus(init.status)
     this.details = init.details
     this.retryAfter = init.retryAfter ?? null
+    this.retryAfterMs = this.retryAfter === null ? null : Math.round(this.retryAfter * 1000)
     this.outcomeUnknown = init.outcomeUnknown ?? false
   }
 
@@ -63,6 +67,7 @@ export class PayoutsApiError extends PayoutsError {
       message: this.message,
       details: this.details,
       retryAfter: this.retryAfter,
+      retryAfterMs: this.retryAfterMs,
       outcomeUnknown: this.outcomeUnknown,
     }
   }
@@ -95,8 +100,11 @@ export class UnauthorizedError extends PayoutsApiError {
 export class ForbiddenError extends PayoutsApiError {
   override name = 'ForbiddenError'
 }
-/** 403 `environment_scope mismatch`: a sk_test_ key on production or the reverse. */
-export class WrongEnvironmentError extends PayoutsApiError {
+/**
+ * 403 `environment_scope mismatch`: a sk_test_ key on production or the reverse. A
+ * ForbiddenError like any 403: the wording only makes the message clearer.
+ */
+export class WrongEnvironmentError extends ForbiddenError {
   override name = 'WrongEnvironmentError'
 }
 export class NotFoundError extends PayoutsApiError {
@@ -115,10 +123,18 @@ export class MaxActiveSubscriptionsExceededError extends PayoutsApiError {
 export class BusinessRuleError extends PayoutsApiError {
   override name = 'BusinessRuleError'
 }
+/**
+ * 429, retried per Retry-After until the retries run out or the service asks for a wait
+ * above `retry.maxRetryAfterMs`; also thrown without sending when the service's headers say
+ * the family stays exhausted longer than that. `retryAfterMs` is the wait asked for.
+ */
 export class RateLimitedError extends PayoutsApiError {
   override name = 'RateLimitedError'
 }
-/** The single 500 of confirm-escrow-deposit: a persistent failure, never blind-retried. */
+/**
+ * Any 500 of confirm-escrow-deposit, whatever its body: the spec collapses every persistent
+ * failure into it and says not to blind-retry it.
+ */
 export class EscrowConfirmationFailedError extends PayoutsApiError {
   override name = 'EscrowConfirmationFailedError'
 }
@@ -154,7 +170,11 @@ const BY_CODE: Record<string, typeof PayoutsApiError> = {
   RATE_LIMITED: RateLimitedError,
 }
 
-/** Maps an HTTP error answer to its typed error. All three body shapes of the spec parse. */
+/**
+ * Maps an HTTP error answer to its typed error. All three body shapes of the spec parse.
+ * The status and the code decide; the `error` text (which the service may reword) only
+ * names a 403's subclass, and a 403 is never retried either way.
+ */
 export function errorFromResponse(
   status: number,
   body: ErrorBody | null,
@@ -168,16 +188,21 @@ export function errorFromResponse(
     message,
     details: body?.details,
     retryAfter,
+    outcomeUnknown: status >= 500,
   }
-  if (status === 403 && /environment_scope mismatch/i.test(message)) {
-    return new WrongEnvironmentError({ ...init, code: body?.code ?? 'ENVIRONMENT_SCOPE_MISMATCH' })
+  if (status === 500 && context.escrowConfirm) {
+    return new EscrowConfirmationFailedError({
+      ...init,
+      code: 'ESCROW_CONFIRMATION_FAILED',
+      message: body?.error || 'escrow deposit confirmation failed',
+      outcomeUnknown: false,
+    })
   }
   if (
-    status === 500 &&
-    context.escrowConfirm &&
-    /escrow deposit confirmation failed/i.test(message)
+    status === 403 &&
+    (body?.code === 'ENVIRONMENT_SCOPE_MISMATCH' || /environment_scope mismatch/i.test(message))
   ) {
-    return new EscrowConfirmationFailedError({ ...init, code: 'ESCROW_CONFIRMATION_FAILED' })
+    return new WrongEnvironmentError({ ...init, code: body?.code ?? 'ENVIRONMENT_SCOPE_MISMATCH' })
   }
   // Own keys only: a code like "constructor" or "toString" must not reach Object.prototype.
   const byCode = body?.code && Object.hasOwn(BY_CODE, body.code) ? BY_CODE[body.code] : undefined
@@ -188,6 +213,6 @@ export function errorFromResponse(
   if (status === 404) return new NotFoundError(init)
   if (status === 422) return new BusinessRuleError(init)
   if (status === 429) return new RateLimitedError(init)
-  if (status >= 500) return new ServerError({ ...init, outcomeUnknown: true })
+  if (status >= 500) return new ServerError(init)
   return new PayoutsApiError(init)
 }

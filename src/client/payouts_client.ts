@@ -63,9 +63,10 @@ export interface PayoutsClientOptions {
   logger?: ClientLogger
   /** Development only: allow http://127.0.0.1 and localhost webhook URLs (the emulator). */
   allowInsecureLoopbackWebhooks?: boolean
-  /** Injectable for tests: how retries wait, and the jitter source. */
+  /** Injectable for tests: how retries wait, the jitter source, and the clock (epoch ms). */
   sleep?: (ms: number) => Promise<void>
   random?: () => number
+  now?: () => number
 }
 
 export interface CallOptions {
@@ -198,7 +199,7 @@ export class PayoutsClient {
         maxRetries: 5,
         baseDelayMs: 1000,
         jitter: 0.2,
-        maxRetryAfterMs: 60_000,
+        maxRetryAfterMs: 120_000,
         ...options.retry,
       },
       userAgent: options.userAgent ?? `@svc/adonis-payouts/${PACKAGE_VERSION}`,
@@ -206,6 +207,7 @@ export class PayoutsClient {
       logger: options.logger,
       sleep: options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms))),
       random: options.random ?? Math.random,
+      now: options.now ?? Date.now,
     })
   }
 
@@ -345,9 +347,10 @@ export class PayoutsClient {
   }
 
   /**
-   * POST /rfq/confirm-escrow-deposit. Its single 500 is an EscrowConfirmationFailedError
-   * and is never retried; without an Idempotency-Key the call is not repeated once it may
-   * have reached the service.
+   * POST /rfq/confirm-escrow-deposit. Any 500, whatever its body, is an
+   * EscrowConfirmationFailedError after one request. The call is idempotent on
+   * (quoteId, txHash) (spec), so other 5xx, network errors and timeouts are retried with
+   * the backoff, with or without an Idempotency-Key.
    */
   async confirmEscrowDeposit(body: ConfirmEscrowDepositBody, options?: CallOptions) {
     const payload = validate(confirmEscrowDepositSchema, body)
@@ -360,7 +363,7 @@ export class PayoutsClient {
       path: this.#path('confirmEscrowDeposit'),
       body: payload,
       idempotencyKey,
-      safeToRepeat: idempotencyKey !== undefined,
+      safeToRepeat: true,
       family: 'execute',
       escrowConfirm: true,
       signal: options?.signal,

@@ -55,3 +55,47 @@ export class RateLimiter {
     }
   }
 }
+
+/**
+ * The service's own account of each family, read from its answers: after
+ * `X-RateLimit-Remaining: 0` the family is held until `X-RateLimit-Reset`, after a 429 until
+ * its Retry-After. Times are on this process's clock; the caller converts the service's.
+ */
+export class ServiceLimits {
+  #heldUntil = new Map<RateFamily, number>()
+
+  constructor(private now: () => number) {}
+
+  /**
+   * Records one answer of the family. `resetInMs` is how far ahead the reset was when the
+   * service answered, `retryAfterMs` the 429's usable Retry-After.
+   */
+  observe(
+    family: RateFamily,
+    answer: {
+      status: number
+      remaining: number | null
+      resetInMs: number | null
+      retryAfterMs: number | null
+    }
+  ) {
+    const now = this.now()
+    if (answer.status === 429 && answer.retryAfterMs !== null) {
+      this.#heldUntil.set(family, now + answer.retryAfterMs)
+    } else if (answer.remaining === 0 && answer.resetInMs !== null && answer.resetInMs > 0) {
+      this.#heldUntil.set(family, now + answer.resetInMs)
+    } else if (answer.remaining !== null && answer.remaining > 0) {
+      this.#heldUntil.delete(family)
+    }
+  }
+
+  /** How long a request of the family must wait before it is sent (0: go). */
+  waitFor(family: RateFamily): number {
+    const until = this.#heldUntil.get(family)
+    if (until === undefined) return 0
+    const wait = until - this.now()
+    if (wait > 0) return wait
+    this.#heldUntil.delete(family)
+    return 0
+  }
+}

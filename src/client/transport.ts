@@ -6,8 +6,9 @@ import {
   PayoutsApiError,
   PayoutsNetworkError,
   PayoutsTimeoutError,
+  RateLimitedError,
 } from './errors.ts'
-import type { RateFamily, RateLimiter } from './rate_limiter.ts'
+import { ServiceLimits, type RateFamily, type RateLimiter } from './rate_limiter.ts'
 
 export interface RetryOptions {
   /** Retries after the first attempt (spec: give up after the 5th retry). */
@@ -16,7 +17,11 @@ export interface RetryOptions {
   baseDelayMs: number
   /** Relative jitter (spec: ±20%). */
   jitter: number
-  /** Upper bound of a Retry-After wait. */
+  /**
+   * The longest wait the service may ask for (Retry-After, or an exhausted family's
+   * X-RateLimit-Reset). A longer one is never shortened: the call ends in a
+   * RateLimitedError (or the 409 in-flight error) carrying `retryAfterMs`.
+   */
   maxRetryAfterMs: number
 }
 
@@ -41,6 +46,8 @@ export interface TransportOptions {
   logger?: ClientLogger
   sleep: (ms: number) => Promise<void>
   random: () => number
+  /** Epoch milliseconds: the clock waits are measured on. */
+  now: () => number
   dispatcher?: Dispatcher
 }
 
@@ -79,7 +86,9 @@ const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_CON
 /**
  * Sends requests with the retry rules of the spec (Errors, rules 2 and 3): 5xx, network
  * errors and timeouts back off exponentially; 429 and 409 IDEMPOTENCY_REQUEST_IN_FLIGHT
- * wait Retry-After; every other 4xx fails at once.
+ * wait Retry-After (the backoff when it is missing or unusable); every other 4xx fails at
+ * once. A family the service reported exhausted waits for its reset before sending.
+ * Decisions read the status and the code, never the error's text.
  */
 export class Transport {
   #baseUrl: string
@@ -88,6 +97,7 @@ export class Transport {
   #publicHeaders: Record<string, string>
   #agent: Dispatcher
   #ownsAgent: boolean
+  #limits: ServiceLimits
   rateLimit: RateLimitState | null = null
 
   constructor(
@@ -104,6 +114,7 @@ export class Transport {
     })
     this.#baseUrl = options.baseUrl.replace(/\/$/, '')
     this.#ownsAgent = !options.dispatcher
+    this.#limits = new ServiceLimits(options.now)
     this.#agent =
       options.dispatcher ??
       new Agent({ keepAliveTimeout: 10_000, keepAliveMaxTimeout: 60_000, connections: 64 })
@@ -113,12 +124,22 @@ export class Transport {
     const { retry } = this.options
     let lastError: PayoutsApiError | undefined
     for (let attempt = 0; attempt <= retry.maxRetries; attempt++) {
-      if (attempt > 0 && lastError) {
-        const wait = this.#waitBefore(lastError, attempt - 1)
+      const held = this.#limits.waitFor(spec.family)
+      if (held > retry.maxRetryAfterMs) throw this.#heldTooLong(spec, held, lastError)
+      const backoff = lastError ? this.#waitBefore(lastError, attempt - 1) : 0
+      const wait = Math.max(backoff, held)
+      if (lastError) {
         this.options.logger?.debug(
           { method: spec.method, path: spec.path, attempt, waitMs: wait, code: lastError.code },
           'payouts request retry'
         )
+      } else if (wait > 0) {
+        this.options.logger?.debug(
+          { method: spec.method, path: spec.path, family: spec.family, waitMs: wait },
+          'payouts request held until the rate limit resets'
+        )
+      }
+      if (lastError || wait > 0) {
         await this.options.sleep(wait)
         if (spec.signal?.aborted) throw new PayoutsAbortedError({ status: 0, message: 'aborted' })
       }
@@ -133,9 +154,11 @@ export class Transport {
 
   #retryable(error: PayoutsApiError, spec: RequestSpec): boolean {
     if (error instanceof PayoutsAbortedError) return false
-    if (error.status === 429) return true
-    if (error.code === 'IDEMPOTENCY_REQUEST_IN_FLIGHT') return true
-    if (error.code === 'ESCROW_CONFIRMATION_FAILED') return false
+    if (waitsRetryAfter(error)) {
+      return error.retryAfterMs === null || error.retryAfterMs <= this.options.retry.maxRetryAfterMs
+    }
+    // Confirm-escrow's 500 is its persistent failure, whatever the body says (spec).
+    if (spec.escrowConfirm && error.status === 500) return false
     const transient =
       error.status >= 500 ||
       error instanceof PayoutsNetworkError ||
@@ -145,12 +168,23 @@ export class Transport {
   }
 
   #waitBefore(error: PayoutsApiError, retryIndex: number): number {
-    const { baseDelayMs, jitter, maxRetryAfterMs } = this.options.retry
-    if ((error.status === 429 || error.status === 409) && error.retryAfter !== null) {
-      return Math.min(error.retryAfter * 1000, maxRetryAfterMs)
-    }
+    const { baseDelayMs, jitter } = this.options.retry
+    if (waitsRetryAfter(error) && error.retryAfterMs !== null) return error.retryAfterMs
     const base = baseDelayMs * 2 ** retryIndex
     return Math.max(0, Math.round(base * (1 + jitter * (2 * this.options.random() - 1))))
+  }
+
+  /** The family is held past the ceiling: refused here, nothing sent. */
+  #heldTooLong(spec: RequestSpec, heldMs: number, lastError?: PayoutsApiError) {
+    return new RateLimitedError({
+      status: 429,
+      code: 'RATE_LIMITED',
+      message: `the service's ${spec.family} rate limit resets in ${Math.ceil(heldMs / 1000)} s, past retry.maxRetryAfterMs; not sent`,
+      retryAfter: heldMs / 1000,
+      // An earlier attempt of this call may have reached the service.
+      outcomeUnknown: lastError?.outcomeUnknown ?? false,
+      cause: lastError,
+    })
   }
 
   async #attempt(spec: RequestSpec): Promise<RawResponse | PayoutsApiError> {
@@ -177,12 +211,17 @@ export class Transport {
     const startedAt = performance.now()
     let status: number
     let text: string
-    let retryAfterHeader: string | string[] | undefined
+    let retryAfter: number | null
     try {
       const response = await undiciRequest(url, this.#requestOptions(spec, headers, payload))
       status = response.statusCode
-      retryAfterHeader = response.headers['retry-after']
-      this.#readRateLimit(response.headers)
+      // The service's times are read against its own clock: its Date, when it sends one.
+      const localNow = this.options.now()
+      const date = response.headers.date
+      const serverDate = typeof date === 'string' ? Date.parse(date) : Number.NaN
+      const serverNow = Number.isNaN(serverDate) ? localNow : serverDate
+      retryAfter = parseRetryAfter(response.headers['retry-after'], serverNow)
+      this.#readRateLimit(spec.family, status, response.headers, retryAfter, serverNow)
       text = await response.body.text()
     } catch (error) {
       return this.#transportError(error, spec)
@@ -215,12 +254,9 @@ export class Transport {
       return { status, body }
     }
     const parsed = errorBodySchema.safeParse(body)
-    return errorFromResponse(
-      status,
-      parsed.success ? parsed.data : null,
-      parseRetryAfter(retryAfterHeader),
-      { escrowConfirm: spec.escrowConfirm }
-    )
+    return errorFromResponse(status, parsed.success ? parsed.data : null, retryAfter, {
+      escrowConfirm: spec.escrowConfirm,
+    })
   }
 
   /**
@@ -278,13 +314,25 @@ export class Transport {
     })
   }
 
-  #readRateLimit(headers: Record<string, string | string[] | undefined>) {
-    const limit = Number(headers['x-ratelimit-limit'])
-    const remaining = Number(headers['x-ratelimit-remaining'])
-    const reset = Number(headers['x-ratelimit-reset'])
-    if (Number.isFinite(limit) && Number.isFinite(remaining)) {
-      this.rateLimit = { limit, remaining, reset: Number.isFinite(reset) ? reset : 0 }
+  #readRateLimit(
+    family: RateFamily,
+    status: number,
+    headers: Record<string, string | string[] | undefined>,
+    retryAfter: number | null,
+    serverNow: number
+  ) {
+    const limit = integerHeader(headers['x-ratelimit-limit'])
+    const remaining = integerHeader(headers['x-ratelimit-remaining'])
+    const reset = integerHeader(headers['x-ratelimit-reset'])
+    if (limit !== null && remaining !== null) {
+      this.rateLimit = { limit, remaining, reset: reset ?? 0 }
     }
+    this.#limits.observe(family, {
+      status,
+      remaining,
+      resetInMs: reset === null ? null : reset * 1000 - serverNow,
+      retryAfterMs: retryAfter === null ? null : Math.round(retryAfter * 1000),
+    })
   }
 
   async close() {
@@ -292,15 +340,34 @@ export class Transport {
   }
 }
 
-/** Retry-After in seconds: a number of seconds or an HTTP date. */
+/** 429 and 409 IDEMPOTENCY_REQUEST_IN_FLIGHT wait what the service says. */
+function waitsRetryAfter(error: PayoutsApiError) {
+  return error.status === 429 || error.code === 'IDEMPOTENCY_REQUEST_IN_FLIGHT'
+}
+
+function integerHeader(value: string | string[] | undefined): number | null {
+  const header = Array.isArray(value) ? value[0] : value
+  return header !== undefined && /^\s*\d+\s*$/.test(header) ? Number(header) : null
+}
+
+/** The three forms of an HTTP date (RFC 9110): each names the day, each has a time. */
+const HTTP_DATE = /^[A-Za-z]{3,9},? .*\d{1,2}:\d{2}:\d{2}/
+
+/**
+ * Retry-After in seconds: delay-seconds (an integer, or a decimal as some services send)
+ * or an HTTP date, read against `now` (the answer's Date when it has one). Null when it is
+ * missing, negative, unparsable or a date not ahead of `now`: the caller then backs off.
+ */
 export function parseRetryAfter(
   value: string | string[] | undefined,
   now = Date.now()
 ): number | null {
-  const header = Array.isArray(value) ? value[0] : value
+  const header = (Array.isArray(value) ? value[0] : value)?.trim()
   if (!header) return null
-  if (/^\d+$/.test(header.trim())) return Number(header.trim())
-  const date = Date.parse(header)
-  if (Number.isNaN(date)) return null
-  return Math.max(0, Math.ceil((date - now) / 1000))
+  if (/^\d+(?:\.\d+)?$/.test(header)) return Number(header)
+  if (!HTTP_DATE.test(header)) return null
+  // asctime carries no zone; every HTTP date is GMT.
+  const date = Date.parse(/ (?:GMT|UTC)$/i.test(header) ? header : `${header} GMT`)
+  if (Number.isNaN(date) || date <= now) return null
+  return (date - now) / 1000
 }

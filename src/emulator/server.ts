@@ -58,6 +58,8 @@ export function createHandler(deps: HttpDeps) {
   const { state, clock, faults } = deps
 
   return async function handle(req: IncomingMessage, res: ServerResponse) {
+    // The emulated clock's time: X-RateLimit-Reset and Retry-After are read against it.
+    res.setHeader('date', new Date(clock.now()).toUTCString())
     const url = new URL(req.url ?? '/', 'http://emulator')
     const method = req.method ?? 'GET'
     let raw = ''

@@ -55,13 +55,14 @@ const classification: Array<{
     waits: [30000],
   },
   {
-    name: '429 Retry-After is capped',
+    name: '429 Retry-After above the ceiling ends the call, never a shorter wait',
     replies: [
       { status: 429, body: { error: 'rate limit exceeded' }, headers: { 'retry-after': '86400' } },
       ok,
     ],
-    attempts: 2,
-    waits: [60000],
+    attempts: 1,
+    waits: [],
+    fails: true,
   },
   {
     name: '409 IDEMPOTENCY_REQUEST_IN_FLIGHT waits Retry-After',
@@ -188,7 +189,7 @@ test.group('Client | retry classification', () => {
     assert.lengthOf(server.requests, 1)
   })
 
-  test('confirm without a key is not repeated after a reset; a refused connection is', async ({
+  test('rotate-secret is not repeated after a reset; a refused connection is', async ({
     assert,
     cleanup,
   }) => {
@@ -198,12 +199,7 @@ test.group('Client | retry classification', () => {
       await client.close()
       await server.close()
     })
-    const error = await client
-      .confirmEscrowDeposit({
-        quoteId: '1e2d3c4b-5a69-4788-9a6b-5c4d3e2f1a0b',
-        txHash: '0x' + 'b'.repeat(64),
-      })
-      .catch((e) => e)
+    const error = await client.webhooks.subscriptions.rotateSecret('sub_1').catch((e) => e)
     assert.equal(error.code, 'NETWORK_ERROR')
     assert.isTrue(error.outcomeUnknown)
     assert.lengthOf(server.requests, 1)

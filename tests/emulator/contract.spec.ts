@@ -269,4 +269,41 @@ test.group('Contract | client against the emulator', () => {
     assert.isString(result.payoutId)
     assert.deepEqual(sleeps, [2000])
   })
+
+  test('an exhausted execute family waits for X-RateLimit-Reset instead of earning a 429', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, recipient, method } = await setup(cleanup)
+    // The emulated clock runs an hour ahead of this machine's: the reset is read against
+    // the emulator's Date, so the wait is the bucket's refill, not the hour.
+    await emu.admin.advance(3600_000)
+    const sleeps: number[] = []
+    const client = new PayoutsClient({
+      apiKey: emu.apiKey,
+      baseUrl: emu.baseUrl,
+      rateLimiter: false,
+      sleep: async (ms) => {
+        sleeps.push(ms)
+        await emu.admin.advance(ms)
+      },
+    })
+    cleanup(() => client.close())
+    const body = {
+      fromCurrency: 'USD',
+      toCurrency: 'MXN',
+      amount: 10,
+      recipientId: recipient.id,
+      userPaymentMethodId: method,
+    }
+    for (let i = 0; i < 10; i++) await client.execute(body)
+    assert.equal(client.rateLimit?.remaining, 0)
+    assert.deepEqual(sleeps, [])
+    await client.execute(body)
+    assert.equal(emu.admin.faultStats().throttled, 0, 'no 429 was earned')
+    // Burst 10 at 30/min refills in 20 s; the Date header's whole seconds add at most 1 s.
+    assert.lengthOf(sleeps, 1)
+    assert.isAtLeast(sleeps[0], 19_000)
+    assert.isAtMost(sleeps[0], 21_000)
+  })
 })

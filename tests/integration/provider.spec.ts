@@ -51,6 +51,22 @@ test.group('Provider | container bindings', () => {
     assert.throws(() => defineConfig(bad), /^(?![\s\S]*sk_test_short)/)
   })
 
+  test('retry.maxRetryAfterMs defaults to 120 s and must be a positive integer', ({ assert }) => {
+    const base = { apiKey: TEST_API_KEY, baseUrl: 'http://x.test' }
+    assert.equal(defineConfig(base).retry.maxRetryAfterMs, 120_000)
+    assert.equal(defineConfig({ ...base, retry: {} }).retry.maxRetryAfterMs, 120_000)
+    assert.equal(
+      defineConfig({ ...base, retry: { maxRetryAfterMs: 300_000 } }).retry.maxRetryAfterMs,
+      300_000
+    )
+    for (const bad of [0, -1, 1.5]) {
+      assert.throws(
+        () => defineConfig({ ...base, retry: { maxRetryAfterMs: bad } }),
+        /retry\.maxRetryAfterMs/
+      )
+    }
+  })
+
   test('shutdown closes the client and drops it', async ({ assert, cleanup }) => {
     const app = await createApp({}, cleanup)
     const payouts = await app.container.make('payouts.manager')
