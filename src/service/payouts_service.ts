@@ -530,6 +530,7 @@ export class PayoutsService {
     if (this.#stream) return this.#stream
     const { PayoutsStream } = await import('../stream/payouts_stream.ts')
     const { createHash } = await import('node:crypto')
+    const { parseJsonBytes } = await import('../schemas/events.ts')
     const { inbox, processor } = await this.parts()
     const logger = this.#deps.logger
     this.#stream = new PayoutsStream({
@@ -546,7 +547,9 @@ export class PayoutsService {
       onMessage: async (raw) => {
         let type = 'unknown'
         try {
-          type = String(JSON.parse(raw.toString('utf8')).type ?? 'unknown').slice(0, 100)
+          type = String(
+            (parseJsonBytes(raw) as { type?: unknown } | null)?.type ?? 'unknown'
+          ).slice(0, 100)
         } catch {}
         const digest = createHash('sha256').update(raw).digest('hex')
         await inbox.insert({
