@@ -32,6 +32,10 @@ export const payoutsConfigSchema = z.object({
     .object({
       path: z.string().startsWith('/').default('/webhooks/payouts'),
       secret: z.string().startsWith('whsec_').optional(),
+      /**
+       * A rotation done outside the plugin: the old secret stays accepted until
+       * `previousSecretValidUntil`, which is then required. There is no default grace.
+       */
       previousSecret: z.string().startsWith('whsec_').optional(),
       previousSecretValidUntil: z.iso.datetime({ offset: true }).optional(),
       toleranceSeconds: z.number().int().positive().max(3600).default(300),
@@ -53,12 +57,10 @@ export const payoutsConfigSchema = z.object({
        * service delivers again. Below the service's 10 s, with room for the network.
        */
       ackTimeoutMs: z.number().int().positive().max(9000).default(5000),
-      /** After payouts:webhooks:rotate-secret, the old secret is accepted this long. */
-      rotationGraceMs: z
-        .number()
-        .int()
-        .min(0)
-        .default(24 * 3600_000),
+    })
+    .refine((webhook) => !webhook.previousSecret || webhook.previousSecretValidUntil, {
+      path: ['previousSecretValidUntil'],
+      message: 'is required with webhook.previousSecret: the end of its grace window',
     })
     .default({
       path: '/webhooks/payouts',
@@ -67,7 +69,6 @@ export const payoutsConfigSchema = z.object({
       retryIntervalMs: 5000,
       processBatchSize: 100,
       ackTimeoutMs: 5000,
-      rotationGraceMs: 24 * 3600_000,
     }),
   events: z
     .object({

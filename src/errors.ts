@@ -19,6 +19,23 @@ export const E_PAYOUTS_FEATURE_DISABLED = createError<[string]>(
   500
 )
 
+/**
+ * `payouts.webhooks.rotateSecret()` on a subscription whose secret this app does not keep:
+ * refused before the service is asked, since its new secret would reach nobody.
+ */
+export const E_WEBHOOK_SECRET_NOT_STORED = createError<[string]>(
+  'Webhook subscription "%s" is not stored in this app; nothing was rotated. Rotate it where its secret is kept',
+  'E_WEBHOOK_SECRET_NOT_STORED',
+  404
+)
+
+/** `payouts.webhooks.delete()` on an id that neither the service nor this app knows. */
+export const E_WEBHOOK_SUBSCRIPTION_NOT_FOUND = createError<[string]>(
+  'Webhook subscription "%s" was not found at the service nor in this app; nothing was deleted',
+  'E_WEBHOOK_SUBSCRIPTION_NOT_FOUND',
+  404
+)
+
 /** A deposit was recorded for a quote whose confirmation with another transaction is in flight. */
 export const E_ESCROW_CONFIRMATION_IN_FLIGHT = createError<[string, string]>(
   'The escrow deposit of quote "%s" is being confirmed with transaction %s; record again once it ends',

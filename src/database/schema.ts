@@ -141,7 +141,8 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = 'svc_')
     })
     .createTable(t.webhookSecrets, (table) => {
       // Signing secrets of the subscriptions made by payouts:webhooks:create, encrypted
-      // with the app's APP_KEY; the previous one is kept for the rotation grace period.
+      // with the app's APP_KEY. Rotations keep no previous secret (the service allows no
+      // overlap): previous_secret is only ever cleared, and never accepted.
       table.increments('id')
       table.string('subscription_id', 128).notNullable().unique()
       table.string('url', 2048).notNullable()

@@ -39,3 +39,14 @@ export const eventEnvelopeSchema = z
 export type EventEnvelope = z.infer<typeof eventEnvelopeSchema>
 export type PayoutCreatedData = z.infer<typeof payoutCreatedDataSchema>
 export type PayoutStatusUpdatedData = z.infer<typeof payoutStatusUpdatedDataSchema>
+
+const utf8 = new TextDecoder('utf-8')
+
+/**
+ * JSON.parse of a message's raw bytes as UTF-8, a leading byte order mark skipped (RFC 8259
+ * lets a parser ignore it; `JSON.parse` alone refuses it). The bytes themselves are not
+ * changed: the signature was checked over them and the inbox keeps them as received.
+ */
+export function parseJsonBytes(raw: Uint8Array): unknown {
+  return JSON.parse(utf8.decode(raw))
+}

@@ -2,10 +2,14 @@ import type { Logger } from '@adonisjs/core/logger'
 import type { EmitterService, EventsList } from '@adonisjs/core/types'
 import type { HttpRouterService } from '@adonisjs/core/types'
 import type { Database } from '@adonisjs/lucid/database'
-import { PayoutsClient } from '../client/main.ts'
+import { PayoutsApiError, PayoutsClient } from '../client/main.ts'
 import type { ExecuteInput } from '../client/payouts_client.ts'
 import type { PayoutsConfig } from '../define_config.ts'
-import { E_PAYOUTS_FEATURE_DISABLED } from '../errors.ts'
+import {
+  E_PAYOUTS_FEATURE_DISABLED,
+  E_WEBHOOK_SECRET_NOT_STORED,
+  E_WEBHOOK_SUBSCRIPTION_NOT_FOUND,
+} from '../errors.ts'
 import type { PayoutExecutor } from '../ledger/payout_executor.ts'
 import type { PayoutChange, PayoutLedger, PayoutObservation } from '../ledger/payout_ledger.ts'
 import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
@@ -350,8 +354,9 @@ export class PayoutsService {
   }
 
   /**
-   * Secrets the webhook route accepts now: the configured current one, the previous one
-   * during its grace, and those stored by payouts:webhooks:create / rotate-secret.
+   * Secrets the webhook route accepts now: the configured current one, the configured
+   * previous one until its `previousSecretValidUntil`, and the current secret of each
+   * subscription stored by payouts:webhooks:create / rotate-secret (never a rotated-out one).
    */
   async webhookSecrets(now = Date.now()): Promise<string[]> {
     const { secret, previousSecret, previousSecretValidUntil } = this.config.webhook
@@ -361,12 +366,16 @@ export class PayoutsService {
     }
     if (this.config.ledger.enabled && this.#deps.database) {
       const { secrets: store } = await this.parts()
-      if (store) secrets.push(...(await store.activeSecrets(now)))
+      if (store) secrets.push(...(await store.activeSecrets()))
     }
     return secrets
   }
 
-  /** Webhook subscriptions whose secrets this app keeps (encrypted with APP_KEY). */
+  /**
+   * Webhook subscriptions whose secrets this app keeps (encrypted with APP_KEY). A secret
+   * rotated out or deleted here is refused at once by this instance, and by the others
+   * within the secret cache's lifetime (30 s).
+   */
   readonly webhooks = {
     create: async (input: {
       url: string
@@ -392,12 +401,39 @@ export class PayoutsService {
       const kept = new Set(local.map((s) => s.subscriptionId))
       return remote.map((s) => ({ ...s, secretStored: kept.has(s.id) }))
     },
+    /**
+     * Rotates at the service, then stores the new secret in place of the old one, which
+     * the service stopped signing with: no overlap. A subscription whose secret is not
+     * stored here is refused before the service is asked (`E_WEBHOOK_SECRET_NOT_STORED`).
+     */
     rotateSecret: async (subscriptionId: string) => {
       const store = await this.#secretStore()
+      if (!(await store.has(subscriptionId))) {
+        throw new E_WEBHOOK_SECRET_NOT_STORED([subscriptionId])
+      }
       const rotated = await this.client.webhooks.subscriptions.rotateSecret(subscriptionId)
-      const graceUntil = new Date(Date.now() + this.config.webhook.rotationGraceMs)
-      await store.rotate(subscriptionId, rotated.secret, graceUntil)
-      return { id: rotated.id, previousValidUntil: graceUntil.toISOString() }
+      await store.rotate(subscriptionId, rotated.secret)
+      return { id: rotated.id }
+    },
+    /**
+     * Deletes at the service, then the stored secrets. A 404 from the service (already
+     * gone) still deletes here (`deletedAtService: false`); an id neither side knows is
+     * `E_WEBHOOK_SUBSCRIPTION_NOT_FOUND`; any other refusal deletes nothing.
+     */
+    delete: async (subscriptionId: string) => {
+      const store = await this.#secretStore()
+      let deletedAtService = true
+      try {
+        await this.client.webhooks.subscriptions.delete(subscriptionId)
+      } catch (error) {
+        if (!(error instanceof PayoutsApiError && error.status === 404)) throw error
+        deletedAtService = false
+      }
+      const removedLocally = await store.delete(subscriptionId)
+      if (!deletedAtService && !removedLocally) {
+        throw new E_WEBHOOK_SUBSCRIPTION_NOT_FOUND([subscriptionId])
+      }
+      return { id: subscriptionId, deletedAtService, removedLocally }
     },
     /** Asks the service to deliver a delivery again (new Svc-Delivery-Id). */
     replayDelivery: (deliveryId: string) => this.client.webhooks.deliveries.replay(deliveryId),
@@ -515,6 +551,7 @@ export class PayoutsService {
     if (this.#stream) return this.#stream
     const { PayoutsStream } = await import('../stream/payouts_stream.ts')
     const { createHash } = await import('node:crypto')
+    const { parseJsonBytes } = await import('../schemas/events.ts')
     const { inbox, processor } = await this.parts()
     const logger = this.#deps.logger
     this.#stream = new PayoutsStream({
@@ -531,7 +568,9 @@ export class PayoutsService {
       onMessage: async (raw) => {
         let type = 'unknown'
         try {
-          type = String(JSON.parse(raw.toString('utf8')).type ?? 'unknown').slice(0, 100)
+          type = String(
+            (parseJsonBytes(raw) as { type?: unknown } | null)?.type ?? 'unknown'
+          ).slice(0, 100)
         } catch {}
         const digest = createHash('sha256').update(raw).digest('hex')
         await inbox.insert({

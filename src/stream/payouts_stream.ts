@@ -1,4 +1,5 @@
 import { WebSocket } from 'undici'
+import { parseJsonBytes } from '../schemas/events.ts'
 
 /** What the stream hands to the pipeline: the raw message and its source. */
 export type StreamMessageHandler = (raw: Buffer) => Promise<void>
@@ -86,7 +87,7 @@ export class PayoutsStream {
   async #onMessage(raw: Buffer) {
     let type: unknown
     try {
-      type = (JSON.parse(raw.toString('utf8')) as { type?: unknown }).type
+      type = (parseJsonBytes(raw) as { type?: unknown } | null)?.type
     } catch {
       type = undefined
     }

@@ -1,7 +1,7 @@
 import type { Logger } from '@adonisjs/core/logger'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { isDeadlineError, withDeadline } from '../database/deadline.ts'
-import { eventEnvelopeSchema, type EventEnvelope } from '../schemas/events.ts'
+import { eventEnvelopeSchema, parseJsonBytes, type EventEnvelope } from '../schemas/events.ts'
 import type { InboxRow, InboxStore, InboxVerdict } from './inbox_store.ts'
 import { PermanentEventError } from './event_mapper.ts'
 
@@ -189,7 +189,7 @@ export class InboxProcessor {
 
   #parseEnvelope(row: InboxRow): EventEnvelope | null {
     try {
-      return eventEnvelopeSchema.parse(JSON.parse(row.rawBody.toString('utf8')))
+      return eventEnvelopeSchema.parse(parseJsonBytes(row.rawBody))
     } catch {
       return null
     }

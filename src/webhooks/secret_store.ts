@@ -1,6 +1,8 @@
 import type { Database } from '@adonisjs/lucid/database'
 import { dbDate } from '../database/dates.ts'
 import { dropIdleConnections, withDeadline } from '../database/deadline.ts'
+import { affectedRows } from '../database/dialects.ts'
+import { E_WEBHOOK_SECRET_NOT_STORED } from '../errors.ts'
 
 /** Encrypts and decrypts with the app's APP_KEY (AdonisJS `encryption`). */
 export interface SecretCipher {
@@ -60,21 +62,45 @@ export class SecretStore {
     this.#invalidate()
   }
 
-  /** Stores a rotated secret, keeping the old one valid until `graceUntil`. */
-  async rotate(subscriptionId: string, secret: string, graceUntil: Date) {
-    const client = this.db.connection(this.connection)
-    const existing = await client.from(this.table).where('subscription_id', subscriptionId).first()
-    if (!existing) throw new Error(`subscription ${subscriptionId} is not stored in this app`)
-    await client
+  /** Whether this app keeps a secret for the subscription (read from the table, not the cache). */
+  async has(subscriptionId: string): Promise<boolean> {
+    const row = await this.db
+      .connection(this.connection)
       .from(this.table)
-      .where('id', existing.id)
+      .where('subscription_id', subscriptionId)
+      .select('id')
+      .first()
+    return Boolean(row)
+  }
+
+  /**
+   * Stores a rotated secret in place of the old one, which the service no longer signs
+   * with: no overlap. A previous secret left by an older rotation is cleared too.
+   */
+  async rotate(subscriptionId: string, secret: string) {
+    const client = this.db.connection(this.connection)
+    const updated = await client
+      .from(this.table)
+      .where('subscription_id', subscriptionId)
       .update({
         secret: this.cipher.encrypt(secret),
-        previous_secret: existing.secret,
-        previous_valid_until: dbDate(client, graceUntil),
+        previous_secret: null,
+        previous_valid_until: null,
         updated_at: dbDate(client),
       })
     this.#invalidate()
+    if (!affectedRows(updated)) throw new E_WEBHOOK_SECRET_NOT_STORED([subscriptionId])
+  }
+
+  /** Forgets a subscription's secrets; false when none were stored. */
+  async delete(subscriptionId: string): Promise<boolean> {
+    const deleted = await this.db
+      .connection(this.connection)
+      .from(this.table)
+      .where('subscription_id', subscriptionId)
+      .delete()
+    this.#invalidate()
+    return affectedRows(deleted) > 0
   }
 
   list(): Promise<StoredSubscription[]> {
@@ -113,16 +139,12 @@ export class SecretStore {
     return secrets
   }
 
-  /** Current secrets, then previous ones still inside their grace period. */
-  async activeSecrets(now = Date.now()): Promise<string[]> {
+  /**
+   * The current secret of every stored subscription. A previous secret is never accepted:
+   * a rotation through the plugin keeps none, and one left by an older version is ignored.
+   */
+  async activeSecrets(): Promise<string[]> {
     const stored = await this.list()
-    return [
-      ...stored.map((s) => s.secret).filter(Boolean),
-      ...stored
-        .filter(
-          (s) => s.previousSecret && s.previousValidUntil && s.previousValidUntil.getTime() > now
-        )
-        .map((s) => s.previousSecret!),
-    ]
+    return stored.map((s) => s.secret).filter(Boolean)
   }
 }

@@ -23,7 +23,7 @@ export interface WebhookReceiverOptions {
   nowSeconds?: () => number
 }
 
-const DELIVERY_ID = /^[A-Za-z0-9._:-]{1,255}$/
+const DELIVERY_ID = /^[\x21-\x7e]{1,255}$/
 
 /**
  * The webhook route: verify over the raw bytes, persist to the inbox, acknowledge.

@@ -10,6 +10,7 @@ import PayoutsRecover from '../../commands/payouts_recover.ts'
 import PayoutsReplay from '../../commands/payouts_replay.ts'
 import PayoutsStatus from '../../commands/payouts_status.ts'
 import PayoutsWebhooksCreate from '../../commands/payouts_webhooks_create.ts'
+import PayoutsWebhooksDelete from '../../commands/payouts_webhooks_delete.ts'
 import PayoutsWebhooksList from '../../commands/payouts_webhooks_list.ts'
 import PayoutsWebhooksRotateSecret from '../../commands/payouts_webhooks_rotate_secret.ts'
 import { DateTime } from 'luxon'
@@ -35,6 +36,22 @@ async function setup(cleanup: (fn: () => Promise<void>) => void) {
   return { emu, app, run }
 }
 
+/** POSTs a signed delivery to the app's webhook route; answers the status. */
+async function deliver(url: string, secret: string, raw?: string) {
+  const body = raw ?? JSON.stringify({ type: 'payout.created', data: { payoutId: randomUUID() } })
+  const response = await request(`${url}/webhooks/payouts`, {
+    method: 'POST',
+    body,
+    headers: {
+      'content-type': 'application/json',
+      'svc-signature': signPayload(secret, Math.floor(Date.now() / 1000), body),
+      'svc-delivery-id': `dlv_${randomUUID()}`,
+    },
+  })
+  await response.body.dump()
+  return response.statusCode
+}
+
 /** The JSON the command printed last (the raw-mode logger is shared by the kernel). */
 function jsonOf(command: any) {
   const logs = command.logger.getLogs().map((log: any) => log.message as string)
@@ -57,7 +74,7 @@ test.group(`Commands (${TEST_DB})`, () => {
     assert.isAbove(jsonOf(json).fiat.length, 3)
   })
 
-  test('webhooks: create keeps the secret encrypted, list shows it, rotate keeps the old one for the grace period', async ({
+  test('webhooks: create keeps the secret encrypted, list shows it, rotate refuses the old one at once', async ({
     assert,
     cleanup,
   }) => {
@@ -82,22 +99,80 @@ test.group(`Commands (${TEST_DB})`, () => {
     rotated.assertSucceeded()
     const fresh = emu.webhooks.subscriptions.get(subscription.id)!.secret
     assert.notEqual(fresh, plaintext)
-    // A delivery signed with the old secret is still accepted during the grace period.
-    const raw = JSON.stringify({ type: 'payout.created', data: { payoutId: randomUUID() } })
-    for (const secret of [plaintext, fresh]) {
-      const response = await request(`${app.url}/webhooks/payouts`, {
-        method: 'POST',
-        body: raw,
-        headers: {
-          'content-type': 'application/json',
-          'svc-signature': signPayload(secret, Math.floor(Date.now() / 1000), raw),
-          'svc-delivery-id': `dlv_${randomUUID()}`,
-        },
-      })
-      assert.equal(response.statusCode, 200)
-    }
+    rotated.assertLogMatches(/previous secret is refused from now on/)
+    // The service stopped signing with the old secret: so does the route.
+    assert.equal(await deliver(app.url, plaintext), 400)
+    assert.equal(await deliver(app.url, fresh), 200)
+
     const failed = await run(PayoutsWebhooksRotateSecret, ['sub_unknown'])
     failed.assertFailed()
+    failed.assertLogMatches(/sub_unknown.*not stored in this app/)
+  })
+
+  test('payouts:webhooks:delete asks first, deletes at the service then here, and fails when it did nothing', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { app, run, emu } = await setup(cleanup)
+    const { id } = await app.payouts.webhooks.create({ url: 'https://hooks.example.com/w' })
+    const secret = emu.webhooks.subscriptions.get(id)!.secret
+    const ace = await app.app.container.make('ace')
+
+    const declined = await ace.create(PayoutsWebhooksDelete, [id])
+    declined.prompt.trap(`Delete subscription ${id}?`).reject()
+    await declined.exec()
+    declined.assertFailed()
+    declined.assertLogMatches(/Nothing deleted/)
+    assert.isTrue(emu.webhooks.subscriptions.has(id))
+    assert.equal(await deliver(app.url, secret), 200)
+
+    emu.admin.setFaults({ errorRate: 1, pathPrefixes: ['/webhooks/subscriptions'] })
+    const refused = await run(PayoutsWebhooksDelete, [id, '--force'])
+    emu.admin.setFaults({})
+    refused.assertFailed()
+    refused.assertLogMatches(/Delete failed/)
+    assert.equal(await deliver(app.url, secret), 200, 'nothing was deleted')
+
+    const accepted = await ace.create(PayoutsWebhooksDelete, [id])
+    accepted.prompt.trap(`Delete subscription ${id}?`).accept()
+    await accepted.exec()
+    accepted.assertSucceeded()
+    accepted.assertLogMatches(new RegExp(`Deleted ${id} at the service`))
+    assert.isFalse(emu.webhooks.subscriptions.has(id))
+    assert.equal(await deliver(app.url, secret), 400)
+
+    const again = await run(PayoutsWebhooksDelete, [id, '--force'])
+    again.assertFailed()
+    again.assertLogMatches(/not found/)
+
+    // Already gone at the service, still stored here: deleted here, and said so.
+    const other = await app.payouts.webhooks.create({ url: 'https://hooks.example.com/x' })
+    await app.payouts.client.webhooks.subscriptions.delete(other.id)
+    const gone = await run(PayoutsWebhooksDelete, [other.id, '--force', '--json'])
+    gone.assertSucceeded()
+    assert.deepEqual(jsonOf(gone), { id: other.id, deletedAtService: false, removedLocally: true })
+    assert.notInclude(
+      (await app.payouts.webhooks.list()).map((s) => s.id),
+      other.id
+    )
+  })
+
+  test('an authentic delivery that cannot be parsed stays visible: payouts:status counts it, replay finds it', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { app, run } = await setup(cleanup)
+    assert.equal(await deliver(app.url, 'whsec_current_secret', '{"type":"payout.created",'), 200)
+    await app.payouts.drainInbox()
+
+    const status = await run(PayoutsStatus, ['--json'])
+    status.assertFailed()
+    assert.deepInclude(jsonOf(status), { deadLetters: 1 })
+
+    const replay = await run(PayoutsReplay, ['--state=dead', '--json'])
+    replay.assertFailed()
+    assert.deepInclude(jsonOf(replay), { requeued: 1, failing: 1 })
+    assert.deepInclude(jsonOf(await run(PayoutsStatus, ['--json'])), { deadLetters: 1 })
   })
 
   test('payouts:replay re-runs dead and processed deliveries; --force is needed for processed', async ({

@@ -656,6 +656,25 @@ test.group('Emulator | Events', () => {
     )
   })
 
+  test('Webhook subscription: a deleted one is sent nothing more; deleting it again is 404', async ({
+    assert,
+    cleanup,
+  }) => {
+    const emu = await startEmulator(cleanup)
+    const [deleted, kept] = [await startReceiver(cleanup), await startReceiver(cleanup)]
+    const subscribe = (url: string) =>
+      api(emu, 'POST', '/webhooks/subscriptions', { body: { url, events: ['payout.created'] } })
+    const sub = await subscribe(deleted.url)
+    await subscribe(kept.url)
+    assert.equal((await api(emu, 'DELETE', `/webhooks/subscriptions/${sub.json.id}`)).status, 204)
+    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    await emu.admin.advance(0)
+    assert.lengthOf(kept.received, 1, 'the event was sent')
+    assert.lengthOf(deleted.received, 0)
+    const again = await api(emu, 'DELETE', `/webhooks/subscriptions/${sub.json.id}`)
+    assert.equal(again.status, 404)
+  })
+
   test('Webhook subscription: https only, private and metadata hosts refused, 26th is 409', async ({
     assert,
     cleanup,

@@ -67,6 +67,21 @@ test.group('Provider | container bindings', () => {
     }
   })
 
+  test('a configured previous secret needs an explicit end; there is no default grace', async ({
+    assert,
+  }) => {
+    const base = { apiKey: TEST_API_KEY, baseUrl: 'http://127.0.0.1' }
+    const open = { ...base, webhook: { secret: 'whsec_new', previousSecret: 'whsec_old' } }
+    assert.throws(() => defineConfig(open), /webhook\.previousSecretValidUntil is required/)
+    assert.throws(() => defineConfig(open), /^(?![\s\S]*whsec_old)/)
+    const ended = defineConfig({
+      ...base,
+      webhook: { ...open.webhook, previousSecretValidUntil: '2030-01-01T00:00:00Z' },
+    })
+    assert.equal(ended.webhook.previousSecretValidUntil, '2030-01-01T00:00:00Z')
+    assert.notProperty(defineConfig(base).webhook, 'rotationGraceMs')
+  })
+
   test('shutdown closes the client and drops it', async ({ assert, cleanup }) => {
     const app = await createApp({}, cleanup)
     const payouts = await app.container.make('payouts.manager')

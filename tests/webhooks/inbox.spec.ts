@@ -64,6 +64,39 @@ test.group(`Webhooks | inbox (${TEST_DB})`, () => {
     assert.equal(calls, 3)
   })
 
+  for (const path of ['in the claiming transaction', 'row by row with a lease'] as const) {
+    test(`a body starting with a UTF-8 BOM is parsed and applied, its bytes kept (${path})`, async ({
+      assert,
+      cleanup,
+    }) => {
+      const { store } = await freshInbox(cleanup)
+      const plain = delivery('bom')
+      const raw = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), plain.rawBody])
+      await store.insert({ ...plain, rawBody: raw })
+      const seen: unknown[] = []
+      const processor = new InboxProcessor({
+        store,
+        logger,
+        handler: async (envelope) => void seen.push(envelope.data),
+        batchHandler:
+          path === 'row by row with a lease'
+            ? undefined
+            : async (_trx, items) => {
+                seen.push(...items.map((item) => item.envelope.data))
+                return {
+                  verdicts: items.map(() => ({ state: 'processed' as const, note: null })),
+                  afterCommit: async () => {},
+                }
+              },
+      })
+      assert.equal(await processor.drain(), 1)
+      assert.deepEqual(seen, [{ payoutId: 'bom' }])
+      const row = await WebhookDelivery.findByOrFail('deliveryId', 'bom')
+      assert.deepEqual([row.state, row.lastError], ['processed', null])
+      assert.isTrue(row.body.equals(raw), 'stored as received')
+    })
+  }
+
   for (const rowByRow of [false, true]) {
     const mode = rowByRow ? 'row by row, as on MySQL' : 'in one UPDATE ... RETURNING'
     test(`a row left processing by a dead process is taken over when its lease expires (claims ${mode})`, async ({

@@ -176,6 +176,20 @@ test.group(`Webhooks | signed route (${TEST_DB})`, () => {
           headers: { ...signed(raw), 'svc-delivery-id': 'bad id with spaces' },
         }),
       },
+      {
+        name: 'delivery id over 255 characters',
+        mutate: (raw: string) => ({
+          body: raw,
+          headers: { ...signed(raw), 'svc-delivery-id': 'x'.repeat(256) },
+        }),
+      },
+      {
+        name: 'delivery id outside visible ASCII',
+        mutate: (raw: string) => ({
+          body: raw,
+          headers: { ...signed(raw), 'svc-delivery-id': 'dlv_\u00fc' },
+        }),
+      },
     ])
     .run(async ({ assert, cleanup }, row) => {
       const app = await startHttpApp(cleanup)
@@ -250,6 +264,52 @@ test.group(`Webhooks | signed route (${TEST_DB})`, () => {
       const row = await WebhookDelivery.findByOrFail('deliveryId', headers['svc-delivery-id'])
       assert.isTrue(row.body.equals(raw))
     }
+  })
+
+  test('a signed body starting with a BOM is acknowledged, then applied; its bytes stay as received', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup)
+    const event = createdEvent()
+    const raw = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(JSON.stringify(event))])
+    const headers = signed(raw)
+    assert.equal((await post(app, raw, headers)).status, 200)
+    await app.payouts.drainInbox()
+    const payout = await Payout.findByOrFail('payoutUuid', event.data.payoutId)
+    assert.deepEqual([payout.status, payout.payoutAmount], ['pending', '1701.45'])
+    const row = await WebhookDelivery.findByOrFail('deliveryId', headers['svc-delivery-id'])
+    assert.deepEqual([row.state, row.lastError], ['processed', null])
+    assert.isTrue(row.body.equals(raw))
+    assert.deepEqual(
+      app.events.filter((e) => e.name.startsWith('payouts:')).map((e) => e.name),
+      ['payouts:created']
+    )
+  })
+
+  test('Svc-Delivery-Id: any visible ASCII up to 255 characters is taken and stored as sent', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup)
+    const ids = [
+      'dlv/2026+01=',
+      'aGVsbG8gd29ybGQ=',
+      `!"#$%&'()*+,-./:;<=>?@[\\]^_\`{|}~`,
+      'x'.repeat(255),
+      '1',
+    ]
+    for (const id of ids) {
+      const raw = JSON.stringify(createdEvent())
+      const res = await post(app, raw, signed(raw, { id }))
+      assert.equal(res.status, 200, id)
+      assert.isNotNull(await WebhookDelivery.findBy('deliveryId', id), id)
+    }
+    await app.payouts.drainInbox()
+    assert.lengthOf(
+      app.events.filter((e) => e.name === 'payouts:created'),
+      ids.length
+    )
   })
 
   test('a duplicate Svc-Delivery-Id answers 200 and does nothing more', async ({

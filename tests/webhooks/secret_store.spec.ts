@@ -1,4 +1,5 @@
 import { test } from '@japa/runner'
+import { dbDate } from '../../src/database/dates.ts'
 import { tableNames } from '../../src/database/schema.ts'
 import { SecretStore, type SecretCipher } from '../../src/webhooks/secret_store.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
@@ -39,10 +40,31 @@ test.group(`Webhooks | stored secrets (${TEST_DB})`, () => {
     const store = new SecretStore(db, tableNames(prefix).webhookSecrets, cipher)
     await store.save({ subscriptionId: 'sub_1', url: 'https://a.test/w', secret: 'whsec_one' })
     assert.deepEqual(await store.activeSecrets(), ['whsec_one'])
-    await store.rotate('sub_1', 'whsec_two', new Date(Date.now() + 60_000))
-    // Current first, then the previous one during its grace.
-    assert.deepEqual(await store.activeSecrets(), ['whsec_two', 'whsec_one'])
+    await store.rotate('sub_1', 'whsec_two')
+    // No overlap: the service stopped signing with the old secret when it answered.
+    assert.deepEqual(await store.activeSecrets(), ['whsec_two'])
     const raw = await db.connection().from(tableNames(prefix).webhookSecrets).first()
     assert.notInclude(JSON.stringify(raw), 'whsec_')
+    assert.isNull(raw.previous_secret)
+  })
+
+  test('a previous secret left by an older rotation is never accepted', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'secrets')
+    const table = tableNames(prefix).webhookSecrets
+    const store = new SecretStore(db, table, cipher, undefined, 0)
+    await store.save({ subscriptionId: 'sub_1', url: 'https://a.test/w', secret: 'whsec_two' })
+    // What a rotation by an earlier version left: the old secret with a grace end.
+    await db
+      .connection()
+      .from(table)
+      .where('subscription_id', 'sub_1')
+      .update({
+        previous_secret: cipher.encrypt('whsec_one'),
+        previous_valid_until: dbDate(db.connection(), new Date(Date.now() + 3600_000)),
+      })
+    assert.deepEqual(await store.activeSecrets(), ['whsec_two'])
   })
 })

@@ -1,4 +1,7 @@
+import type { AddressInfo } from 'node:net'
 import { test } from '@japa/runner'
+import { WebSocketServer } from 'ws'
+import { PayoutsStream } from '../../src/stream/payouts_stream.ts'
 import { Payout, PayoutEvent, WebhookDelivery } from '../../src/models/main.ts'
 import { startEmulator } from '../emulator/helpers.ts'
 import { TEST_DB } from '../helpers/database.ts'
@@ -67,4 +70,33 @@ test.group(`Stream | WebSocket source (${TEST_DB})`, () => {
       1
     )
   }).timeout(30_000)
+
+  test('binary messages starting with a BOM: the auth reply is recognised, the event kept byte for byte', async ({
+    assert,
+    cleanup,
+  }) => {
+    const bom = Buffer.from([0xef, 0xbb, 0xbf])
+    const event = Buffer.concat([bom, Buffer.from('{"type":"payout.created","data":{}}')])
+    const wss = new WebSocketServer({ host: '127.0.0.1', port: 0 })
+    await new Promise((resolve) => wss.once('listening', resolve))
+    cleanup(async () => void (await new Promise((resolve) => wss.close(resolve))))
+    wss.on('connection', (socket) =>
+      socket.once('message', () => {
+        socket.send(Buffer.concat([bom, Buffer.from('{"type":"auth.ok"}')]), { binary: true })
+        socket.send(event, { binary: true })
+      })
+    )
+    const received: Buffer[] = []
+    const stream = new PayoutsStream({
+      url: `ws://127.0.0.1:${(wss.address() as AddressInfo).port}`,
+      apiKey: 'sk_test_x',
+      onMessage: async (raw) => void received.push(raw),
+    })
+    cleanup(() => stream.stop())
+    stream.start()
+    await until(async () => received.length > 0)
+    assert.isTrue(stream.authenticated)
+    assert.lengthOf(received, 1, 'the auth reply is not taken for an event')
+    assert.isTrue(received[0].equals(event))
+  })
 })

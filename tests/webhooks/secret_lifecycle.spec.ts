@@ -1,0 +1,162 @@
+import { randomUUID } from 'node:crypto'
+import { setTimeout } from 'node:timers/promises'
+import { test } from '@japa/runner'
+import { request } from 'undici'
+import { WebhookDelivery } from '../../src/models/main.ts'
+import { signPayload } from '../../src/signature/main.ts'
+import { SecretStore } from '../../src/webhooks/secret_store.ts'
+import { startEmulator } from '../emulator/helpers.ts'
+import { TEST_DB } from '../helpers/database.ts'
+import { startHttpApp, type HttpApp } from '../helpers/http_app.ts'
+
+async function setup(cleanup: (fn: () => Promise<void>) => void) {
+  const emu = await startEmulator(cleanup, { rateLimits: false })
+  const app = await startHttpApp(cleanup, {
+    apiKey: emu.apiKey,
+    baseUrl: emu.baseUrl,
+    clientRateLimiter: false,
+  })
+  return { emu, app }
+}
+
+/** POSTs a `payout.created` signed with `secret` to the real route; answers the status. */
+async function deliver(app: HttpApp, secret: string) {
+  const raw = JSON.stringify({
+    type: 'payout.created',
+    createdAt: new Date().toISOString(),
+    data: { payoutId: randomUUID(), status: 'pending' },
+  })
+  const deliveryId = `dlv_${randomUUID()}`
+  const response = await request(`${app.url}/webhooks/payouts`, {
+    method: 'POST',
+    body: raw,
+    headers: {
+      'content-type': 'application/json',
+      'svc-signature': signPayload(secret, Math.floor(Date.now() / 1000), raw),
+      'svc-delivery-id': deliveryId,
+      'svc-event-type': 'payout.created',
+    },
+  })
+  await response.body.dump()
+  const stored = await WebhookDelivery.findBy('deliveryId', deliveryId)
+  return { status: response.statusCode, stored: stored !== null }
+}
+
+test.group(`Webhooks | secret lifecycle (${TEST_DB})`, () => {
+  test('a rotation through the plugin refuses the old secret at once', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, app } = await setup(cleanup)
+    const { id } = await app.payouts.webhooks.create({ url: 'https://hooks.example.com/w' })
+    const old = emu.webhooks.subscriptions.get(id)!.secret
+    assert.deepEqual(await deliver(app, old), { status: 200, stored: true })
+
+    await app.payouts.webhooks.rotateSecret(id)
+    const fresh = emu.webhooks.subscriptions.get(id)!.secret
+    assert.notEqual(fresh, old)
+    assert.deepEqual(await deliver(app, old), { status: 400, stored: false })
+    assert.deepEqual(await deliver(app, fresh), { status: 200, stored: true })
+    assert.notInclude(await app.payouts.webhookSecrets(), old)
+  })
+
+  test('another instance refuses a rotated-out or deleted secret once its cache lifetime ends', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, app } = await setup(cleanup)
+    const { id } = await app.payouts.webhooks.create({ url: 'https://hooks.example.com/w' })
+    const old = emu.webhooks.subscriptions.get(id)!.secret
+    // A second instance: its own store over the same table, with a short cache lifetime.
+    const ttlMs = 100
+    const db = await app.app.container.make('lucid.db')
+    const encryption = await app.app.container.make('encryption')
+    const other = new SecretStore(db, `${app.prefix}webhook_secrets`, encryption, undefined, ttlMs)
+    assert.include(await other.activeSecrets(), old)
+
+    await app.payouts.webhooks.rotateSecret(id)
+    const fresh = emu.webhooks.subscriptions.get(id)!.secret
+    await setTimeout(ttlMs + 50)
+    assert.deepEqual(await other.activeSecrets(), [fresh])
+
+    await app.payouts.webhooks.delete(id)
+    await setTimeout(ttlMs + 50)
+    assert.deepEqual(await other.activeSecrets(), [])
+  })
+
+  test("a deleted subscription's secrets are refused, the rotated-out one included", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, app } = await setup(cleanup)
+    const { id } = await app.payouts.webhooks.create({ url: 'https://hooks.example.com/w' })
+    const first = emu.webhooks.subscriptions.get(id)!.secret
+    await app.payouts.webhooks.rotateSecret(id)
+    const second = emu.webhooks.subscriptions.get(id)!.secret
+    assert.equal((await deliver(app, second)).status, 200)
+
+    const result = await app.payouts.webhooks.delete(id)
+    assert.deepEqual(result, { id, deletedAtService: true, removedLocally: true })
+    assert.isFalse(emu.webhooks.subscriptions.has(id))
+    for (const secret of [first, second]) {
+      assert.deepEqual(await deliver(app, secret), { status: 400, stored: false })
+    }
+    // The configured secret is untouched.
+    assert.equal((await deliver(app, 'whsec_current_secret')).status, 200)
+  })
+
+  test('a subscription the service already deleted (404) is deleted here and said so', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, app } = await setup(cleanup)
+    const { id } = await app.payouts.webhooks.create({ url: 'https://hooks.example.com/w' })
+    const secret = emu.webhooks.subscriptions.get(id)!.secret
+    await app.payouts.client.webhooks.subscriptions.delete(id)
+
+    const result = await app.payouts.webhooks.delete(id)
+    assert.deepEqual(result, { id, deletedAtService: false, removedLocally: true })
+    assert.deepEqual(await deliver(app, secret), { status: 400, stored: false })
+  })
+
+  test('a delete the service refuses deletes nothing here; an id nobody knows is an error', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, app } = await setup(cleanup)
+    const { id } = await app.payouts.webhooks.create({ url: 'https://hooks.example.com/w' })
+    const secret = emu.webhooks.subscriptions.get(id)!.secret
+
+    emu.admin.setFaults({ errorRate: 1, pathPrefixes: ['/webhooks/subscriptions'] })
+    const refused = await app.payouts.webhooks.delete(id).catch((error) => error)
+    assert.instanceOf(refused, Error)
+    assert.isAtLeast(refused.status, 500)
+    emu.admin.setFaults({})
+    assert.isTrue(emu.webhooks.subscriptions.has(id))
+    assert.equal((await deliver(app, secret)).status, 200, 'still subscribed, still accepted')
+
+    const unknown = await app.payouts.webhooks.delete('sub_unknown').catch((error) => error)
+    assert.equal(unknown.code, 'E_WEBHOOK_SUBSCRIPTION_NOT_FOUND')
+    assert.include(unknown.message, 'sub_unknown')
+  })
+
+  test('rotating a subscription whose secret is not stored here fails before the service is asked', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, app } = await setup(cleanup)
+    // Made at the service by someone else: its secret never reached this app.
+    const elsewhere = await app.payouts.client.webhooks.subscriptions.create({
+      url: 'https://hooks.example.com/other',
+      events: ['payout.created'],
+    })
+    const error = await app.payouts.webhooks.rotateSecret(elsewhere.id).catch((e) => e)
+    assert.equal(error.code, 'E_WEBHOOK_SECRET_NOT_STORED')
+    assert.include(error.message, elsewhere.id)
+    assert.equal(
+      emu.webhooks.subscriptions.get(elsewhere.id)!.secret,
+      elsewhere.secret,
+      'the service still signs with the secret its owner holds'
+    )
+  })
+})
