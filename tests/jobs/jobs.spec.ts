@@ -567,6 +567,46 @@ test.group(`Jobs | reconciliation (${TEST_DB})`, () => {
     assert.isTrue(first.checked + second.checked <= 30)
   })
 
+  test('a read failure is judged on its status, never its words: {name}')
+    .with([
+      {
+        name: '403 environment_scope mismatch stops the run',
+        reply: { status: 403, body: { error: 'environment_scope mismatch' } },
+        summary: { checked: 1, stoppedForError: true, missing: 0, failed: 0 },
+      },
+      {
+        name: 'a 500 whose body says NOT_FOUND stops the run',
+        reply: { status: 500, body: { code: 'NOT_FOUND', error: 'not found' } },
+        summary: { checked: 1, stoppedForError: true, missing: 0, failed: 0 },
+      },
+      {
+        name: 'a 404 whose body says RATE_LIMITED is one missing payout',
+        reply: { status: 404, body: { code: 'RATE_LIMITED', error: 'rate limit exceeded' } },
+        summary: { checked: 2, stoppedForError: false, missing: 2, failed: 0 },
+      },
+      {
+        name: 'a 400 with a reworded body is one failed payout',
+        reply: { status: 400, body: { error: 'that id looks odd' } },
+        summary: { checked: 2, stoppedForError: false, missing: 0, failed: 2 },
+      },
+    ] as Array<{ name: string; reply: Reply; summary: Record<string, unknown> }>)
+    .run(async ({ assert, cleanup }, { reply, summary }) => {
+      const server = await startScriptedServer([reply])
+      cleanup(() => server.close())
+      const app = await startHttpApp(cleanup, {
+        apiKey: TEST_API_KEY,
+        baseUrl: server.baseUrl,
+        clientRateLimiter: false,
+        retry: { maxRetries: 0 },
+      })
+      const { ledger } = await app.payouts.parts()
+      for (let i = 0; i < 2; i++) {
+        await ledger.apply({ payoutId: randomUUID(), status: 'pending', source: 'execute' })
+      }
+      assert.deepInclude(await app.payouts.reconcile({ staleAfterMs: 0 }), summary)
+      assert.lengthOf(server.requests, summary.checked as number)
+    })
+
   test('a payout the service answers badly is skipped; a failing service stops the run', async ({
     assert,
     cleanup,
