@@ -40,7 +40,7 @@ export interface EscrowSummary {
  * the body says (the typed error once the client recognises it, any 500 until then), or
  * any other answer than success. Decided on status and code, never on the error's text.
  */
-export function isConfirmationRefused(error: unknown): boolean {
+function isConfirmationRefused(error: unknown): boolean {
   if (error instanceof EscrowConfirmationFailedError) return true
   if (!(error instanceof PayoutsApiError)) return error instanceof PayoutsError
   return !isNoVerdict(error)

@@ -376,6 +376,39 @@ test.group(`Jobs | escrow fallback, a 500 whatever its body (${TEST_DB})`, () =>
       assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
       assert.lengthOf(wire(), 3)
     })
+  test('recording the same deposit again keeps its bound; after the alert it starts afresh', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { payouts, quoteId, txHash, row, backoffPassed, events } = await scriptedEscrow(cleanup, {
+      status: 500,
+      body: { success: false },
+    })
+    const confirmedAt = DateTime.now().minus({ hours: 1 })
+    assert.deepInclude(await payouts.escrow.confirmDue(), { waiting: 1 })
+    const waiting = await row()
+    await payouts.escrow.recordDeposit({ quoteId, txHash, confirmedAt })
+    const again = await row()
+    assert.deepEqual(
+      [again.state, again.attempts, again.nextAttemptAt?.toMillis()],
+      ['deposit_recorded', 1, waiting.nextAttemptAt!.toMillis()]
+    )
+    for (let run = 0; run < 2; run++) {
+      await backoffPassed()
+      await payouts.escrow.confirmDue()
+    }
+    assert.equal((await row()).state, 'confirm_failed')
+    assert.lengthOf(events('payouts:escrow_confirmation_failed'), 1)
+    // A human records it again: a new budget, due now.
+    await payouts.escrow.recordDeposit({ quoteId, txHash, confirmedAt })
+    const rearmed = await row()
+    assert.deepEqual(
+      [rearmed.state, rearmed.attempts, rearmed.nextAttemptAt, rearmed.lastErrorCode],
+      ['deposit_recorded', 0, null, null]
+    )
+    assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, waiting: 1 })
+  })
+
   test('no answer or a gateway error is no verdict: one request per run, no attempt counted', async ({
     assert,
     cleanup,
