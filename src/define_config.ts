@@ -100,6 +100,14 @@ export const payoutsConfigSchema = z.object({
       recoverEveryMs: z.number().int().min(0).default(60_000),
       /** Minutes after on-chain confirmation before confirm-escrow-deposit may be called. */
       escrowConfirmAfterMinutes: z.number().min(0).default(10),
+      /** Confirmations the escrow fallback sends for a deposit before it alerts. */
+      escrowMaxAttempts: z.number().int().min(1).max(20).default(3),
+      /** Wait after the first failed confirmation; doubles after each one. */
+      escrowRetryBackoffMs: z
+        .number()
+        .int()
+        .min(0)
+        .default(5 * 60_000),
       /** Non-terminal payouts older than this raise payouts:stuck. */
       stuckAfterMs: z
         .number()
@@ -128,6 +136,8 @@ export const payoutsConfigSchema = z.object({
       escrowEveryMs: 60_000,
       recoverEveryMs: 60_000,
       escrowConfirmAfterMinutes: 10,
+      escrowMaxAttempts: 3,
+      escrowRetryBackoffMs: 5 * 60_000,
       stuckAfterMs: 24 * 3600_000,
       runTimeoutMs: 10 * 60_000,
     }),

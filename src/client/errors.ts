@@ -5,15 +5,44 @@ export class PayoutsError extends Error {
   override name = 'PayoutsError'
 }
 
-/** A request failed client-side validation; nothing was sent. `field` names the input. */
+/** The part of an HTTP context `handle` writes to (AdonisJS's, or any with this shape). */
+export interface ErrorResponder {
+  response: { status(code: number): { send(body: unknown): unknown } }
+}
+
+/**
+ * A request failed client-side validation; nothing was sent. `field` names the input.
+ * It follows AdonisJS's conventions for an error a host app lets through, as VineJS's
+ * validation error does: `status` 422, a `code`, and `handle`, which the app's exception
+ * handler calls to answer `{ errors: [{ field, message, code }] }` instead of a 500.
+ */
 export class PayoutsValidationError extends PayoutsError {
   override name = 'PayoutsValidationError'
   readonly code = 'E_VALIDATION'
+  readonly status = 422
+  /** What is wrong with the field, without the field's name. */
+  readonly reason: string
+
   constructor(
     readonly field: string,
-    message: string
+    reason: string
   ) {
-    super(`${field ? `${field}: ` : ''}${message}`)
+    super(`${field ? `${field}: ` : ''}${reason}`)
+    this.reason = reason
+  }
+
+  /** The body a host app answers with. */
+  toResponse() {
+    return { errors: [{ field: this.field, message: this.reason, code: this.code }] }
+  }
+
+  /** Called by AdonisJS's exception handler when the host app does not catch the error. */
+  handle(_error: unknown, ctx: ErrorResponder) {
+    ctx.response.status(this.status).send(this.toResponse())
+  }
+
+  toJSON() {
+    return { name: this.name, code: this.code, field: this.field, message: this.message }
   }
 }
 

@@ -102,6 +102,25 @@ function validate<T extends z.ZodType>(schema: T, input: unknown): z.output<T> {
 }
 
 /**
+ * Checks an execute input as `execute` does before sending it: its flow (given or
+ * inferred from the currencies) and that flow's body. Throws `PayoutsValidationError`.
+ */
+export function validateExecuteInput(input: ExecuteInput): {
+  flow: ExecuteFlow
+  payload: ExecuteBody
+} {
+  if (input === null || typeof input !== 'object') {
+    throw new PayoutsValidationError('', 'execute input must be an object')
+  }
+  const { flow: requested, ...body } = input
+  if (requested !== undefined && !FLOWS.includes(requested)) {
+    throw new PayoutsValidationError('flow', `must be one of ${FLOWS.join(', ')}`)
+  }
+  const flow = requested ?? detectFlow(body)
+  return { flow, payload: validate(executeSchemaByFlow[flow], body) }
+}
+
+/**
  * An identifier for a path. The common, valid case is checked by hand (in a warm request
  * path a zod parse of one string costs a few percent of a loopback round trip); anything
  * else goes through the schema, which produces the typed error.
@@ -298,15 +317,7 @@ export class PayoutsClient {
    * every retry, so the service never creates a second payout.
    */
   async execute(input: ExecuteInput, options?: CallOptions): Promise<ExecuteResult> {
-    if (input === null || typeof input !== 'object') {
-      throw new PayoutsValidationError('', 'execute input must be an object')
-    }
-    const { flow: requested, ...body } = input
-    if (requested !== undefined && !FLOWS.includes(requested)) {
-      throw new PayoutsValidationError('flow', `must be one of ${FLOWS.join(', ')}`)
-    }
-    const flow = requested ?? detectFlow(body)
-    const payload = validate(executeSchemaByFlow[flow], body)
+    const { flow, payload } = validateExecuteInput(input)
     const idempotencyKey = this.#idempotencyKey(options)
     const { body: response, status } = await this.#send({
       method: 'POST',

@@ -117,6 +117,11 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = 'svc_')
       table.timestamp('tx_confirmed_at', { useTz: true }).nullable()
       table.string('state', 32).notNullable()
       table.text('last_error').nullable()
+      // The fallback's bounded retries: confirmations the service refused, the last one's
+      // code, and when the next may be sent.
+      table.integer('attempts').notNullable().defaultTo(0)
+      table.string('last_error_code', 64).nullable()
+      table.timestamp('next_attempt_at', { useTz: true }).nullable()
       table.timestamp('confirm_attempted_at', { useTz: true }).nullable()
       // The payout_events row whose change showed the service had detected the deposit.
       table.integer('confirmed_by_event_id').nullable()

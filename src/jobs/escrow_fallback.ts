@@ -1,13 +1,14 @@
 import { DateTime } from 'luxon'
 import type { Database } from '@adonisjs/lucid/database'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
-import { EscrowConfirmationFailedError } from '../client/errors.ts'
+import { EscrowConfirmationFailedError, PayoutsApiError, PayoutsError } from '../client/errors.ts'
 import type { PayoutsClient } from '../client/payouts_client.ts'
 import { dbDate } from '../database/dates.ts'
 import { affectedRows } from '../database/dialects.ts'
 import { E_ESCROW_CONFIRMATION_IN_FLIGHT } from '../errors.ts'
 import type { PayoutChange } from '../ledger/payout_ledger.ts'
 import EscrowDeposit from '../models/escrow_deposit.ts'
+import Payout from '../models/payout.ts'
 import type { EscrowEvent } from '../types/events.ts'
 
 export interface EscrowFallbackOptions {
@@ -16,6 +17,10 @@ export interface EscrowFallbackOptions {
   connection?: string
   /** Minutes after on-chain confirmation before the manual fallback may be used. */
   confirmAfterMinutes?: number
+  /** Confirmations sent for one deposit before it is marked `confirm_failed` (alert). */
+  maxAttempts?: number
+  /** Wait after the first failed confirmation; doubles after each one. */
+  retryBackoffMs?: number
   batchSize?: number
   onConfirmed?: (event: EscrowEvent) => void | Promise<void>
   onFailed?: (event: EscrowEvent) => void | Promise<void>
@@ -30,6 +35,35 @@ export interface EscrowSummary {
   waiting: number
 }
 
+/**
+ * The answer that says the service did not confirm the deposit: its single 500, whatever
+ * the body says (the typed error once the client recognises it, any 500 until then), or
+ * any other answer than success. Decided on status and code, never on the error's text.
+ */
+function isConfirmationRefused(error: unknown): boolean {
+  if (error instanceof EscrowConfirmationFailedError) return true
+  if (!(error instanceof PayoutsApiError)) return error instanceof PayoutsError
+  return !isNoVerdict(error)
+}
+
+/** No verdict on the deposit: nothing answered, or the service asked to come back later. */
+function isNoVerdict(error: PayoutsApiError): boolean {
+  return (
+    error.status === 0 ||
+    error.status === 429 ||
+    error.status === 502 ||
+    error.status === 503 ||
+    error.status === 504 ||
+    error.code === 'IDEMPOTENCY_REQUEST_IN_FLIGHT'
+  )
+}
+
+/** The code a failure is recorded and reported under. */
+function failureCode(error: unknown): string {
+  if (error instanceof PayoutsApiError && error.status === 500) return 'ESCROW_CONFIRMATION_FAILED'
+  return (error as { code?: string }).code ?? 'UNKNOWN'
+}
+
 /** A stablecoin payout moving out of pending: the service has the deposit. */
 function showsDetection(change: PayoutChange): boolean {
   return (
@@ -42,8 +76,11 @@ function showsDetection(change: PayoutChange): boolean {
 /**
  * The manual confirmation fallback, used only as the spec allows: a recorded deposit
  * whose quote is still awaiting_escrow_deposit N minutes after the transaction was
- * confirmed on-chain. The quote status is read first; a 500 is recorded and surfaced,
- * never retried (the row leaves the job's queue).
+ * confirmed on-chain. Every request is a decision made after reading the deposit's state
+ * (the local payout, then the quote status), and is sent once: never blind-retried. A
+ * refused confirmation (the service's 500, whatever its body) is read again, then tried
+ * later with a doubling wait, `maxAttempts` times in all; then the deposit is
+ * `confirm_failed` and `onFailed` fires once. See docs/spec-gaps.md.
  */
 export class EscrowFallback {
   /** Deposits a run in this process is working on: not abandoned, whatever their age. */
@@ -54,6 +91,8 @@ export class EscrowFallback {
   constructor(options: EscrowFallbackOptions) {
     this.#options = {
       confirmAfterMinutes: 10,
+      maxAttempts: 3,
+      retryBackoffMs: 5 * 60_000,
       batchSize: 50,
       now: () => DateTime.now(),
       ...options,
@@ -80,20 +119,43 @@ export class EscrowFallback {
     const find = () => EscrowDeposit.query({ connection }).where('quote_id', input.quoteId).first()
     const deposit = await find()
     if (!deposit) throw new Error(`no escrow deposit is known for quote ${input.quoteId}`)
-    // Never under a confirmation in flight (nor after one that succeeded): a conditional
-    // update, so a run that claims the row meanwhile is not overwritten either.
+    // Never under a confirmation in flight (nor after one that succeeded): conditional
+    // updates, so a run that claims the row meanwhile is not overwritten either.
     const sql = db.connection(connection)
-    const updated = await sql
+    const recorded = {
+      tx_hash: input.txHash,
+      tx_confirmed_at: dbDate(sql, confirmedAt),
+      state: 'deposit_recorded',
+      updated_at: dbDate(sql),
+    }
+    // Another transaction, or the same one recorded again after the fallback gave up (a
+    // human's decision): a fresh start. Recording the same pending one again keeps its
+    // attempts and its wait, so repeating the call cannot stretch the bound.
+    let updated = await sql
       .from(EscrowDeposit.table)
       .where('id', deposit.id)
       .whereNotIn('state', ['confirm_requested', 'confirmed'])
+      .where((fresh) =>
+        fresh
+          .where('state', 'confirm_failed')
+          .orWhereNull('tx_hash')
+          .orWhereNot('tx_hash', input.txHash)
+      )
       .update({
-        tx_hash: input.txHash,
-        tx_confirmed_at: dbDate(sql, confirmedAt),
-        state: 'deposit_recorded',
+        ...recorded,
+        attempts: 0,
         last_error: null,
-        updated_at: dbDate(sql),
+        last_error_code: null,
+        next_attempt_at: null,
       })
+    if (affectedRows(updated) === 0) {
+      updated = await sql
+        .from(EscrowDeposit.table)
+        .where('id', deposit.id)
+        .whereIn('state', ['awaiting_deposit', 'deposit_recorded'])
+        .where('tx_hash', input.txHash)
+        .update(recorded)
+    }
     const current = (await find())!
     if (affectedRows(updated) === 1) return current
     if (current.state === 'confirm_requested' && current.txHash !== input.txHash) {
@@ -115,7 +177,8 @@ export class EscrowFallback {
       const updated = await trx
         .from(EscrowDeposit.table)
         .where('payout_uuid', change.payout.payoutUuid)
-        .whereIn('state', ['awaiting_deposit', 'deposit_recorded'])
+        // A deposit the fallback gave up on too: the service has it after all.
+        .whereIn('state', ['awaiting_deposit', 'deposit_recorded', 'confirm_failed'])
         .update({
           state: 'confirmed',
           confirmed_by_event_id: change.eventId,
@@ -150,14 +213,22 @@ export class EscrowFallback {
     const now = this.#options.now()
     const sql = db.connection(connection)
     const due = dbDate(sql, now.minus({ minutes: confirmAfterMinutes }))
-    // Recorded deposits past the wait, and attempts that a dead process abandoned as long
-    // ago (resuming is safe: the quote status is read first, the Idempotency-Key is the
-    // same, so the service answers what it answered the first time).
+    // Recorded deposits past the wait (and past their backoff after a failed attempt), and
+    // attempts that a dead process abandoned as long ago (resuming is safe: the state is
+    // read first, and the service is idempotent on the quote and the transaction).
     const isDue = <Query extends { where: (...args: any[]) => Query }>(query: Query) =>
       query
         .where((state: any) =>
           state
-            .where('state', 'deposit_recorded')
+            .where((recorded: any) =>
+              recorded
+                .where('state', 'deposit_recorded')
+                .where((backoff: any) =>
+                  backoff
+                    .whereNull('next_attempt_at')
+                    .orWhere('next_attempt_at', '<=', dbDate(sql, now))
+                )
+            )
             .orWhere((interrupted: any) =>
               interrupted
                 .where('state', 'confirm_requested')
@@ -192,54 +263,117 @@ export class EscrowFallback {
   }
 
   /**
-   * One claimed deposit. Its event fires before the row is marked: a crash in between
-   * fires it again after the restart (same quoteId), never not at all.
+   * One claimed deposit: read, then (still awaiting) one confirmation, then read again
+   * before deciding on a refusal. Events fire before the row is marked: a crash in between
+   * fires them again after the restart (same quoteId), never not at all.
    */
   async #confirm(deposit: EscrowDeposit, summary: EscrowSummary) {
-    const { client } = this.#options
-    const event = { quoteId: deposit.quoteId, payoutId: deposit.payoutUuid, txHash: deposit.txHash }
-    let status: Awaited<ReturnType<typeof client.getQuoteStatus>>
+    let detected: boolean
     try {
-      status = await client.getQuoteStatus(deposit.quoteId)
+      detected = await this.#detected(deposit)
     } catch (error) {
-      deposit.state = 'deposit_recorded'
-      await deposit.save()
+      await this.#release(deposit)
       throw error
     }
-    if (status.status !== 'awaiting_escrow_deposit') {
-      // Automatic detection got there first: nothing to confirm.
-      await this.#options.onConfirmed?.(event)
-      deposit.state = 'confirmed'
-      await deposit.save()
-      summary.detected++
-      return
-    }
+    if (detected) return this.#markConfirmed(deposit, summary, 'detected')
+    // A refusal whose read-back failed: the state is known now, and the bound is reached.
+    if (deposit.attempts >= this.#options.maxAttempts) return this.#giveUp(deposit, summary)
     try {
-      await client.confirmEscrowDeposit(
-        { quoteId: deposit.quoteId, txHash: deposit.txHash! },
-        // One key per (quote, transaction): a resumed attempt repeats its own request, and
-        // a corrected transaction after a failed one is a new request, not a reused key.
-        { idempotencyKey: `escrow-${deposit.quoteId}-${deposit.txHash}` }
-      )
+      // Without an Idempotency-Key the client never repeats the request once it may have
+      // reached the service: no blind retry, whatever the answer. The service is
+      // idempotent on (quoteId, txHash) itself, and a resumed attempt reads state first.
+      await this.#options.client.confirmEscrowDeposit({
+        quoteId: deposit.quoteId,
+        txHash: deposit.txHash!,
+      })
     } catch (error) {
-      if (!(error instanceof EscrowConfirmationFailedError)) {
-        // Transient (network, 5xx after retries): back in the queue for the next run.
-        deposit.state = 'deposit_recorded'
-        deposit.lastError = (error as Error).message
-        await deposit.save()
+      if (error instanceof PayoutsApiError && !isConfirmationRefused(error)) {
+        // No verdict (no answer, 429, a gateway error): the next run asks again.
+        deposit.lastError = error.message
+        deposit.lastErrorCode = error.code
+        await this.#release(deposit)
         summary.waiting++
         return
       }
-      await this.#options.onFailed?.({ ...event, error: error.message })
-      deposit.state = 'confirm_failed'
-      deposit.lastError = error.message
-      await deposit.save()
-      summary.failed++
-      return
+      if (!isConfirmationRefused(error)) {
+        await this.#release(deposit)
+        throw error
+      }
+      return this.#refused(deposit, error, summary)
     }
-    await this.#options.onConfirmed?.(event)
-    deposit.state = 'confirmed'
+    await this.#markConfirmed(deposit, summary, 'confirmed')
+  }
+
+  /** The service refused the confirmation: read the state again, then decide. */
+  async #refused(deposit: EscrowDeposit, error: unknown, summary: EscrowSummary) {
+    deposit.attempts += 1
+    deposit.lastErrorCode = failureCode(error)
+    deposit.lastError = (error as Error).message ?? null
+    let detected: boolean | null = null
+    try {
+      detected = await this.#detected(deposit)
+    } catch {
+      // Unknown: decided on the next attempt's read, never without one.
+    }
+    if (detected) return this.#markConfirmed(deposit, summary, 'detected')
+    if (detected === false && deposit.attempts >= this.#options.maxAttempts) {
+      return this.#giveUp(deposit, summary)
+    }
+    const wait = this.#options.retryBackoffMs * 2 ** Math.max(0, deposit.attempts - 1)
+    deposit.nextAttemptAt = this.#options.now().plus({ milliseconds: wait })
+    await this.#release(deposit)
+    summary.waiting++
+  }
+
+  /**
+   * Whether the service has the deposit: the local payout already out of pending (a
+   * change the ledger applied while this run held the row), else the quote status.
+   */
+  async #detected(deposit: EscrowDeposit): Promise<boolean> {
+    if (deposit.payoutUuid) {
+      const payout = await Payout.query({ connection: this.#options.connection })
+        .where('payout_uuid', deposit.payoutUuid)
+        .first()
+      if (payout && (payout.status === 'processing' || payout.status === 'completed')) return true
+    }
+    const quote = await this.#options.client.getQuoteStatus(deposit.quoteId)
+    return quote.status !== 'awaiting_escrow_deposit'
+  }
+
+  /** Back in the queue, due again after `nextAttemptAt` (if set). */
+  async #release(deposit: EscrowDeposit) {
+    deposit.state = 'deposit_recorded'
     await deposit.save()
-    summary.confirmed++
+  }
+
+  async #markConfirmed(
+    deposit: EscrowDeposit,
+    summary: EscrowSummary,
+    how: 'confirmed' | 'detected'
+  ) {
+    await this.#options.onConfirmed?.({
+      quoteId: deposit.quoteId,
+      payoutId: deposit.payoutUuid,
+      txHash: deposit.txHash,
+    })
+    deposit.state = 'confirmed'
+    deposit.nextAttemptAt = null
+    await deposit.save()
+    summary[how]++
+  }
+
+  /** Out of attempts: a human decides. Fired once: the row leaves the queue with it. */
+  async #giveUp(deposit: EscrowDeposit, summary: EscrowSummary) {
+    await this.#options.onFailed?.({
+      quoteId: deposit.quoteId,
+      payoutId: deposit.payoutUuid,
+      txHash: deposit.txHash,
+      attempts: deposit.attempts,
+      code: deposit.lastErrorCode ?? 'UNKNOWN',
+    })
+    deposit.state = 'confirm_failed'
+    deposit.nextAttemptAt = null
+    await deposit.save()
+    summary.failed++
   }
 }

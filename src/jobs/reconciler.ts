@@ -1,15 +1,6 @@
 import { DateTime } from 'luxon'
 import type { PayoutsClient } from '../client/payouts_client.ts'
-import {
-  ForbiddenError,
-  NotFoundError,
-  PayoutsApiError,
-  PayoutsNetworkError,
-  PayoutsTimeoutError,
-  RateLimitedError,
-  ServerError,
-  UnauthorizedError,
-} from '../client/errors.ts'
+import { PayoutsApiError } from '../client/errors.ts'
 import { dbDate } from '../database/dates.ts'
 import type { Database } from '@adonisjs/lucid/database'
 import Payout from '../models/payout.ts'
@@ -46,15 +37,16 @@ export interface ReconcileSummary {
   stoppedForError: boolean
 }
 
-/** Failures that are not about one payout: reading on would fail the same way. */
-const SERVICE_WIDE = [
-  ServerError,
-  PayoutsNetworkError,
-  PayoutsTimeoutError,
-  RateLimitedError,
-  UnauthorizedError,
-  ForbiddenError,
-]
+/**
+ * Failures that are not about one payout, reading on would fail the same way: no answer,
+ * the key refused (a wrong environment included), rate limited, the service failing.
+ * Judged on the status alone: a body's code or words cannot move a read from one class
+ * to the other.
+ */
+function isServiceWide(error: PayoutsApiError): boolean {
+  const { status } = error
+  return status === 0 || status === 401 || status === 403 || status === 429 || status >= 500
+}
 
 /**
  * Reads non-terminal payouts that have gone quiet and applies what the service says, as
@@ -121,17 +113,14 @@ export class Reconciler {
         if (result.changed) summary.changed++
         if (await this.#reportIfStuck(result.payout)) summary.stuck++
       } catch (error) {
-        if (error instanceof NotFoundError) {
-          summary.missing++
-        } else if (SERVICE_WIDE.some((type) => error instanceof type)) {
+        if (!(error instanceof PayoutsApiError)) throw error
+        if (isServiceWide(error)) {
           summary.stoppedForError = true
           break
-        } else if (error instanceof PayoutsApiError) {
-          // One payout the service answers badly must not block the ones behind it.
-          summary.failed++
-        } else {
-          throw error
         }
+        // One payout the service answers badly must not block the ones behind it.
+        if (error.status === 404) summary.missing++
+        else summary.failed++
       }
     }
     return summary

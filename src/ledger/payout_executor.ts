@@ -1,13 +1,21 @@
 import { createHash, randomUUID } from 'node:crypto'
 import type { Database } from '@adonisjs/lucid/database'
 import { DateTime } from 'luxon'
-import { PayoutsApiError } from '../client/errors.ts'
-import type { ExecuteInput, PayoutsClient } from '../client/payouts_client.ts'
-import { detectFlow } from '../schemas/common.ts'
+import {
+  PayoutsApiError,
+  PayoutsConfigError,
+  PayoutsNetworkError,
+  PayoutsValidationError,
+} from '../client/errors.ts'
+import {
+  validateExecuteInput,
+  type ExecuteInput,
+  type PayoutsClient,
+} from '../client/payouts_client.ts'
 import type { ExecuteResult } from '../schemas/resources.ts'
 import { dbDate } from '../database/dates.ts'
 import EscrowDeposit from '../models/escrow_deposit.ts'
-import ExecutionIntent from '../models/execution_intent.ts'
+import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
 import type Payout from '../models/payout.ts'
 import { mapExecuteStatus } from './state_machine.ts'
 import type { AppliedBatch, PayoutLedger } from './payout_ledger.ts'
@@ -43,10 +51,36 @@ const JSON_SAFE = (_key: string, value: unknown) =>
   typeof value === 'bigint' ? value.toString() : value
 
 /**
- * Sends payouts so that none is ever sent twice: the intent, with a fresh
- * Idempotency-Key, is committed before the request leaves; a crash or an unknown outcome
- * leaves it `unknown`, and recovery re-sends the same body with the same key while the
- * service still remembers it. Past that window a human decides; a new key is never used.
+ * What a failed attempt says about the intent. `unknown` only when a request may have
+ * reached the service; `refused` when none ever left this process; `failed` when the
+ * service answered a definitive no.
+ */
+function stateAfter(error: unknown, sentBefore: boolean): IntentState {
+  const neverLeft =
+    error instanceof PayoutsValidationError ||
+    error instanceof PayoutsConfigError ||
+    (error instanceof PayoutsNetworkError && !error.outcomeUnknown)
+  if (neverLeft) {
+    if (!sentBefore) return 'refused'
+    // An earlier attempt may have gone out; a body that cannot be sent again needs a human.
+    return error instanceof PayoutsNetworkError ? 'unknown' : 'needs_attention'
+  }
+  const definitive =
+    error instanceof PayoutsApiError &&
+    !error.outcomeUnknown &&
+    error.status >= 400 &&
+    error.status < 500 &&
+    error.status !== 429 &&
+    error.code !== 'IDEMPOTENCY_REQUEST_IN_FLIGHT'
+  return definitive ? 'failed' : 'unknown'
+}
+
+/**
+ * Sends payouts so that none is ever sent twice: the input is validated, then the intent,
+ * with a fresh Idempotency-Key, is committed before the request leaves; a crash or an
+ * unknown outcome leaves it `unknown`, and recovery re-sends the same body with the same
+ * key while the service still remembers it. Past that window a human decides; a new key
+ * is never used. A request that never left is `refused`, and nothing re-sends it.
  */
 export class PayoutExecutor {
   /** Intents this process is sending right now: recovery leaves them to their caller. */
@@ -67,8 +101,10 @@ export class PayoutExecutor {
     input: ExecuteInput,
     options: { ownerId?: string | null } = {}
   ): Promise<ExecutedPayout> {
-    const { flow: requested, ...body } = input
-    const flow = requested ?? detectFlow(body)
+    // Refused before the intent exists: nothing is recorded that could be re-sent.
+    const { flow } = validateExecuteInput(input)
+    const body: Record<string, unknown> = { ...input }
+    delete body.flow
     const serialized = JSON.stringify(body, JSON_SAFE)
     const intent = await ExecutionIntent.create(
       {
@@ -95,6 +131,8 @@ export class PayoutExecutor {
   }
 
   async #attempt(intent: ExecutionIntent): Promise<ExecutedPayout> {
+    // A pending intent with attempts was left by a crash that may have come after sending.
+    const sentBefore = intent.attempts > 0
     intent.attempts += 1
     intent.lastAttemptAt = this.#options.now()
     await intent.save()
@@ -104,16 +142,9 @@ export class PayoutExecutor {
         idempotencyKey: intent.idempotencyKey,
       })
     } catch (error) {
-      const definitive =
-        error instanceof PayoutsApiError &&
-        !error.outcomeUnknown &&
-        error.status >= 400 &&
-        error.status < 500 &&
-        error.status !== 429 &&
-        error.code !== 'IDEMPOTENCY_REQUEST_IN_FLIGHT'
-      intent.state = definitive ? 'failed' : 'unknown'
+      intent.state = stateAfter(error, sentBefore)
       intent.error =
-        error instanceof PayoutsApiError
+        error instanceof PayoutsApiError || error instanceof PayoutsValidationError
           ? (error.toJSON() as Record<string, unknown>)
           : { message: (error as Error).message ?? String(error) }
       await intent.save()
@@ -220,8 +251,9 @@ export class PayoutExecutor {
         await this.#send(intent)
         summary.succeeded++
       } catch {
-        if (intent.state === 'failed') summary.failed++
-        else summary.unknown++
+        if (intent.state === 'needs_attention') summary.flagged++
+        else if (intent.state === 'unknown') summary.unknown++
+        else summary.failed++
       }
     }
     return summary

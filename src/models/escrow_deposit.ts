@@ -40,6 +40,18 @@ export default class EscrowDeposit extends BaseModel {
   @column()
   declare lastError: string | null
 
+  /** Confirmations that failed (the fallback gives up after `jobs.escrowMaxAttempts`). */
+  @column()
+  declare attempts: number
+
+  /** The code of the last failure (`ESCROW_CONFIRMATION_FAILED` for the service's 500). */
+  @column()
+  declare lastErrorCode: string | null
+
+  /** The fallback does not try again before this (backoff after a failed confirmation). */
+  @column.dateTime()
+  declare nextAttemptAt: DateTime | null
+
   @column.dateTime()
   declare confirmAttemptedAt: DateTime | null
 

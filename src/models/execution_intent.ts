@@ -2,7 +2,14 @@ import { BaseModel, column } from '@adonisjs/lucid/orm'
 import type { DateTime } from 'luxon'
 import { jsonColumn } from './json_column.ts'
 
-export type IntentState = 'pending' | 'unknown' | 'succeeded' | 'failed' | 'needs_attention'
+/**
+ * `unknown`: a request may have reached the service (recovery re-sends it with its key).
+ * `refused`: no request ever left this process (invalid input, connection refused); final.
+ * `failed`: the service answered a definitive error; final. `needs_attention`: a human
+ * decides (past the replay window, or a body that cannot be sent again).
+ */
+export type IntentState =
+  'pending' | 'unknown' | 'succeeded' | 'failed' | 'refused' | 'needs_attention'
 
 /**
  * An execute call, committed with its Idempotency-Key before the request is sent. Only

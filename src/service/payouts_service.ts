@@ -212,10 +212,12 @@ export class PayoutsService {
       client: this.client,
       connection,
       confirmAfterMinutes: this.config.jobs.escrowConfirmAfterMinutes,
+      maxAttempts: this.config.jobs.escrowMaxAttempts,
+      retryBackoffMs: this.config.jobs.escrowRetryBackoffMs,
       onConfirmed: (event) => this.#emitSafely('payouts:escrow_confirmed', event),
       onFailed: (event) => {
         this.#deps.logger.error(
-          { quoteId: event.quoteId, error: event.error },
+          { quoteId: event.quoteId, attempts: event.attempts, code: event.code },
           'payouts escrow confirmation failed'
         )
         return this.#emitSafely('payouts:escrow_confirmation_failed', event)

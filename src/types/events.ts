@@ -34,7 +34,10 @@ export interface EscrowEvent {
   quoteId: string
   payoutId: string | null
   txHash: string | null
-  error?: string
+  /** payouts:escrow_confirmation_failed: confirmations sent before giving up. */
+  attempts?: number
+  /** payouts:escrow_confirmation_failed: the last failure's code (never its text). */
+  code?: string
 }
 
 /** Payload of payouts:stuck, raised once per payout by reconciliation past the SLA. */

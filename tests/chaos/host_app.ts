@@ -69,6 +69,8 @@ const ignitor = new IgnitorFactory()
           escrowEveryMs: 500,
           recoverEveryMs: 5000,
           escrowConfirmAfterMinutes: 0.02,
+          // An injected 500 on confirm-escrow is a refusal: tried again after this, not minutes.
+          escrowRetryBackoffMs: 500,
         },
         reconcile: { staleAfterMs: 0, batchSize: 5000, budgetShare: 1 },
         ledger: { tablePrefix: config.prefix },

@@ -25,6 +25,8 @@ async function setup(cleanup: (fn: () => Promise<void>) => void) {
     apiKey: emu.apiKey,
     baseUrl: emu.baseUrl,
     clientRateLimiter: false,
+    // One refused confirmation is the last: the command's failure shows in one run.
+    jobs: { escrowMaxAttempts: 1 },
   })
   const ace = await app.app.container.make('ace')
   ace.ui.switchMode('raw')

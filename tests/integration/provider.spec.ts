@@ -3,7 +3,13 @@ import { inject } from '@adonisjs/core'
 import { PayoutsService } from '../../src/service/payouts_service.ts'
 import { PayoutsClient } from '../../src/client/main.ts'
 import { defineConfig } from '../../src/define_config.ts'
+import { ExceptionHandler } from '@adonisjs/core/http'
+import { request as httpRequest } from 'undici'
+import PayoutsStatus from '../../commands/payouts_status.ts'
+import { fiatBody, startEmulator } from '../emulator/helpers.ts'
 import { createApp, TEST_API_KEY } from '../helpers/app.ts'
+import { TEST_DB } from '../helpers/database.ts'
+import { startHttpApp } from '../helpers/http_app.ts'
 
 test.group('Provider | container bindings', () => {
   test('resolves the service from the container, by alias and by class', async ({
@@ -89,5 +95,79 @@ test.group('Provider | container bindings', () => {
     await app.terminate()
     assert.notStrictEqual(payouts.client, client)
     assert.equal(defineConfig({ apiKey: TEST_API_KEY, baseUrl: 'http://x.test' }).timeoutMs, 30000)
+  })
+})
+
+test.group(`Provider | errors a host app lets through (${TEST_DB})`, () => {
+  /** An app whose route executes whatever it is posted, without a try/catch. */
+  async function payingApp(cleanup: (fn: () => Promise<void>) => void, appHandler: boolean) {
+    const emu = await startEmulator(cleanup, { rateLimits: false })
+    const http = await startHttpApp(
+      cleanup,
+      { apiKey: emu.apiKey, baseUrl: emu.baseUrl, clientRateLimiter: false },
+      async (app) => {
+        const router = await app.container.make('router')
+        router.post('/pay', async ({ request }) => {
+          const payouts = await app.container.make('payouts.manager')
+          return (await payouts.execute(request.body() as any)).result
+        })
+        // What `start/kernel.ts` of every AdonisJS app registers.
+        if (appHandler) {
+          const server = await app.container.make('server')
+          server.errorHandler(async () => ({ default: class extends ExceptionHandler {} }))
+        }
+      }
+    )
+    const body = fiatBody(emu, { amount: 0 })
+    const post = (payload: unknown) =>
+      httpRequest(`${http.url}/pay`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'accept': 'application/json' },
+        body: JSON.stringify(payload),
+      })
+    return { emu, http, body, post }
+  }
+
+  test('an invalid execute answers 422 with its code through the app exception handler', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, http, body, post } = await payingApp(cleanup, true)
+    for (const amount of [0, -5]) {
+      const response = await post({ ...body, amount })
+      assert.equal(response.statusCode, 422)
+      assert.deepEqual(await response.body.json(), {
+        errors: [
+          { field: 'amount', message: 'Too small: expected number to be >0', code: 'E_VALIDATION' },
+        ],
+      })
+    }
+    const unknownFlow = await post({ ...body, amount: 10, flow: 'teleport' })
+    assert.equal(unknownFlow.statusCode, 422)
+    assert.deepInclude(((await unknownFlow.body.json()) as any).errors[0], {
+      field: 'flow',
+      code: 'E_VALIDATION',
+    })
+    assert.equal(emu.state.idempotency.size, 0, 'nothing reached the service')
+
+    // Nothing that may have gone out: health, payouts:status and recovery have nothing to say.
+    assert.deepInclude(await http.payouts.health(), { unknownIntents: 0 })
+    const ace = await http.app.container.make('ace')
+    ace.ui.switchMode('raw')
+    const status = await ace.create(PayoutsStatus, ['--json'])
+    await status.exec()
+    status.assertSucceeded()
+    assert.deepInclude(await http.payouts.recover({ olderThanMs: 0 }), { resent: 0, flagged: 0 })
+    assert.equal(emu.state.idempotency.size, 0)
+  })
+
+  test("without an app exception handler, the server's fallback answers 422 too", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { body, post } = await payingApp(cleanup, false)
+    const response = await post(body)
+    assert.equal(response.statusCode, 422)
+    assert.match(await response.body.text(), /amount/)
   })
 })

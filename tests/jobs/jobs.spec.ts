@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import { test } from '@japa/runner'
 import { DateTime } from 'luxon'
 import { PayoutsClient, PayoutsResponseError, ServerError } from '../../src/client/main.ts'
@@ -5,20 +6,26 @@ import { Reconciler } from '../../src/jobs/reconciler.ts'
 import { E_ESCROW_CONFIRMATION_IN_FLIGHT } from '../../src/errors.ts'
 import { EscrowDeposit, Payout } from '../../src/models/main.ts'
 import { startEmulator } from '../emulator/helpers.ts'
+import { TEST_API_KEY } from '../helpers/app.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
+import { startRecordingProxy } from '../helpers/recording_proxy.ts'
+import { startScriptedServer, type Reply } from '../helpers/scripted_server.ts'
 
 async function setup(
   cleanup: (fn: () => Promise<void>) => void,
   payouts: Record<string, any> = {}
 ) {
   const emu = await startEmulator(cleanup, { rateLimits: false })
+  const wire = await startRecordingProxy(cleanup, emu.baseUrl)
   const app = await startHttpApp(cleanup, {
     apiKey: emu.apiKey,
-    baseUrl: emu.baseUrl,
+    baseUrl: wire.baseUrl,
     clientRateLimiter: false,
     ...payouts,
   })
+  /** confirm-escrow requests that reached the service. */
+  const confirmRequests = () => wire.count('POST', '/rfq/confirm-escrow-deposit')
   const recipient = emu.admin.seedRecipient()
   const fiat = {
     fromCurrency: 'USD',
@@ -34,7 +41,7 @@ async function setup(
     recipientId: recipient.id,
     walletAddress: '0x' + '8'.repeat(40),
   }
-  return { emu, app, payouts: app.payouts, fiat, stable }
+  return { emu, app, payouts: app.payouts, fiat, stable, confirmRequests }
 }
 
 test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
@@ -42,7 +49,7 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, app, payouts, stable } = await setup(cleanup)
+    const { emu, app, payouts, stable, confirmRequests } = await setup(cleanup)
     const { result } = await payouts.execute(stable)
     const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
     await payouts.escrow.recordDeposit({
@@ -60,6 +67,7 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, confirmed: 1 })
     assert.equal(emu.admin.quote(result.quoteId)!.status, 'deposit_confirmed')
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
+    assert.equal(confirmRequests(), 1)
     assert.equal((await EscrowDeposit.findByOrFail('quoteId', result.quoteId)).state, 'confirmed')
     assert.lengthOf(
       app.events.filter((e) => e.name === 'payouts:escrow_confirmed'),
@@ -71,7 +79,7 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, payouts, stable } = await setup(cleanup)
+    const { emu, payouts, stable, confirmRequests } = await setup(cleanup)
     const { result } = await payouts.execute(stable)
     const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
     await payouts.escrow.recordDeposit({
@@ -96,17 +104,14 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     assert.deepEqual([stored.state, stored.txHash], ['confirm_requested', txHash])
     // Not claimed a second time while the first attempt may still be answered.
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
-    assert.lengthOf(
-      [...emu.state.idempotency.keys()].filter((k) => k.includes('confirm-escrow')),
-      0
-    )
+    assert.equal(confirmRequests(), 0)
   })
 
   test('a deposit the service detects is confirmed with the payout that shows it, once, before the payout events', async ({
     assert,
     cleanup,
   }) => {
-    const { emu, app, payouts, stable } = await setup(cleanup)
+    const { emu, app, payouts, stable, confirmRequests } = await setup(cleanup)
     const { result } = await payouts.execute(stable)
     const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId })
     await emu.admin.advance(60_000)
@@ -149,14 +154,11 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
       app.events.filter((e) => e.name === 'payouts:escrow_confirmed'),
       1
     )
-    assert.lengthOf(
-      [...emu.state.idempotency.keys()].filter((k) => k.includes('confirm-escrow')),
-      0
-    )
+    assert.equal(confirmRequests(), 0)
   })
 
   test('a deposit detected automatically is not confirmed by hand', async ({ assert, cleanup }) => {
-    const { emu, payouts, stable } = await setup(cleanup)
+    const { emu, payouts, stable, confirmRequests } = await setup(cleanup)
     const { result } = await payouts.execute(stable)
     const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId })
     await emu.admin.advance(60_000)
@@ -166,17 +168,16 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
       confirmedAt: DateTime.now().minus({ minutes: 30 }),
     })
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, detected: 1, confirmed: 0 })
-    assert.lengthOf(
-      [...emu.state.idempotency.keys()].filter((k) => k.includes('confirm-escrow')),
-      0
-    )
+    assert.equal(confirmRequests(), 0)
   })
 
   test('a confirmation answered 500 is recorded and surfaced, never retried; a new transaction is confirmed afresh', async ({
     assert,
     cleanup,
   }) => {
-    const { emu, app, payouts, stable } = await setup(cleanup)
+    const { emu, app, payouts, stable, confirmRequests } = await setup(cleanup, {
+      jobs: { escrowMaxAttempts: 1 },
+    })
     const { result } = await payouts.execute(stable)
     const wrongHash = '0x' + 'd'.repeat(64)
     await payouts.escrow.recordDeposit({
@@ -193,10 +194,7 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
       1
     )
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
-    assert.lengthOf(
-      [...emu.state.idempotency.keys()].filter((k) => k.includes('confirm-escrow')),
-      1
-    )
+    assert.equal(confirmRequests(), 1)
 
     // The right transaction, recorded afterwards, is confirmed afresh (its own key).
     const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
@@ -207,7 +205,263 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     })
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, confirmed: 1 })
     assert.equal(emu.admin.quote(result.quoteId)!.status, 'deposit_confirmed')
+    const confirmed = await EscrowDeposit.findByOrFail('quoteId', result.quoteId)
+    assert.deepEqual([confirmed.state, confirmed.attempts], ['confirmed', 0])
+    assert.equal(confirmRequests(), 2)
+  })
+
+  test('a deposit the service detects after its confirmation failed is confirmed by that change', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, app, payouts, stable, confirmRequests } = await setup(cleanup, {
+      jobs: { escrowMaxAttempts: 1 },
+    })
+    const { result } = await payouts.execute(stable)
+    await payouts.escrow.recordDeposit({
+      quoteId: result.quoteId,
+      txHash: '0x' + 'd'.repeat(64),
+      confirmedAt: DateTime.now().minus({ hours: 1 }),
+    })
+    assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, failed: 1 })
+    assert.deepInclude(await payouts.health(), { escrowFailed: 1 })
+    // The real deposit arrives and the service sees it; a poll shows the payout moving.
+    emu.admin.simulateDeposit({ quoteId: result.quoteId })
+    await emu.admin.advance(60_000)
+    await payouts.reconcile({ staleAfterMs: 0 })
     assert.equal((await EscrowDeposit.findByOrFail('quoteId', result.quoteId)).state, 'confirmed')
+    assert.deepInclude(await payouts.health(), { escrowFailed: 0 })
+    const names = app.events.map((e) => e.name).filter((name) => name.startsWith('payouts:escrow'))
+    assert.deepEqual(names, ['payouts:escrow_confirmation_failed', 'payouts:escrow_confirmed'])
+    assert.equal(confirmRequests(), 1)
+  })
+})
+
+/** A 500 from confirm-escrow, whatever its body says (the spec: texts may be reworded). */
+const FAILURES: Array<{ name: string; reply: Reply }> = [
+  {
+    name: 'a reworded error',
+    reply: { status: 500, body: { success: false, error: 'the deposit could not be verified' } },
+  },
+  { name: '{"success":false}', reply: { status: 500, body: { success: false } } },
+  {
+    name: 'an HTML error page',
+    reply: {
+      status: 500,
+      raw: '<!doctype html><html><body><h1>500 Internal Server Error</h1></body></html>',
+      headers: { 'content-type': 'text/html' },
+    },
+  },
+]
+
+/**
+ * An app on a scripted service (real HTTP on 127.0.0.1) that answers the quote status and
+ * confirm-escrow as the test says, with one recorded deposit waiting for the fallback.
+ */
+async function scriptedEscrow(
+  cleanup: (fn: () => Promise<void>) => void,
+  failure: Reply,
+  options: { detectedByConfirm?: boolean } = {}
+) {
+  const quoteId = randomUUID()
+  const payoutId = randomUUID()
+  const txHash = '0x' + 'a'.repeat(64)
+  let quoteStatus = 'awaiting_escrow_deposit'
+  const server = await startScriptedServer((req) => {
+    if (req.method === 'GET' && req.url.pathname === `/rfq/status/${quoteId}`) {
+      return { status: 200, body: { quoteId, status: quoteStatus } }
+    }
+    if (req.method === 'POST' && req.url.pathname === '/rfq/confirm-escrow-deposit') {
+      // The service detected the deposit meanwhile: the quote moved, so confirm answers 500.
+      if (options.detectedByConfirm) quoteStatus = 'deposit_confirmed'
+      return failure
+    }
+    return { status: 404, body: { success: false, error: 'not found' } }
+  })
+  cleanup(() => server.close())
+  const app = await startHttpApp(cleanup, {
+    apiKey: TEST_API_KEY,
+    baseUrl: server.baseUrl,
+    clientRateLimiter: false,
+    // Retries cost a millisecond here: a blind retry would show in the request count.
+    retry: { maxRetries: 5, baseDelayMs: 1, jitter: 0 },
+    jobs: { escrowMaxAttempts: 3, escrowRetryBackoffMs: 60_000 },
+  })
+  await app.payouts.parts()
+  await EscrowDeposit.create({ quoteId, payoutUuid: payoutId, state: 'awaiting_deposit' })
+  await app.payouts.escrow.recordDeposit({
+    quoteId,
+    txHash,
+    confirmedAt: DateTime.now().minus({ hours: 1 }),
+  })
+  /** What reached the service, in order: `status` reads and `confirm` requests. */
+  const wire = () =>
+    server.requests.map((r) => (r.url.pathname.startsWith('/rfq/status/') ? 'status' : 'confirm'))
+  const row = () => EscrowDeposit.findByOrFail('quoteId', quoteId)
+  /** The backoff has passed (the job's clock is the wall clock). */
+  const backoffPassed = async () => {
+    const deposit = await row()
+    deposit.nextAttemptAt = DateTime.now().minus({ seconds: 1 })
+    await deposit.save()
+  }
+  const events = (name: string) => app.events.filter((e) => e.name === name).map((e) => e.data)
+  return { app, payouts: app.payouts, quoteId, payoutId, txHash, wire, row, backoffPassed, events }
+}
+
+test.group(`Jobs | escrow fallback, a 500 whatever its body (${TEST_DB})`, () => {
+  test(
+    '{name}: one request per attempt, the state read before deciding, bounded attempts, one alert'
+  )
+    .with(FAILURES)
+    .run(async ({ assert, cleanup }, { reply }) => {
+      const { payouts, quoteId, payoutId, txHash, wire, row, backoffPassed, events } =
+        await scriptedEscrow(cleanup, reply)
+      const attempt = ['status', 'confirm', 'status']
+
+      const before = DateTime.now()
+      assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, waiting: 1, failed: 0 })
+      const after = DateTime.now()
+      assert.deepEqual(wire(), attempt)
+      let deposit = await row()
+      assert.deepEqual(
+        [deposit.state, deposit.attempts, deposit.lastErrorCode],
+        ['deposit_recorded', 1, 'ESCROW_CONFIRMATION_FAILED']
+      )
+      // Tried again later, not on the next run.
+      assert.isAtLeast(deposit.nextAttemptAt!.toMillis(), before.toMillis() + 60_000 - 1000)
+      assert.isAtMost(deposit.nextAttemptAt!.toMillis(), after.toMillis() + 60_000 + 1000)
+      assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
+      assert.deepEqual(wire(), attempt)
+
+      await backoffPassed()
+      const second = DateTime.now()
+      assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, waiting: 1 })
+      assert.deepEqual(wire(), [...attempt, ...attempt])
+      deposit = await row()
+      assert.equal(deposit.attempts, 2)
+      // The wait doubles.
+      assert.isAtLeast(deposit.nextAttemptAt!.toMillis(), second.toMillis() + 120_000 - 1000)
+      assert.lengthOf(events('payouts:escrow_confirmation_failed'), 0)
+
+      await backoffPassed()
+      assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, failed: 1, waiting: 0 })
+      assert.deepEqual(wire(), [...attempt, ...attempt, ...attempt])
+      deposit = await row()
+      assert.deepEqual([deposit.state, deposit.attempts], ['confirm_failed', 3])
+      assert.deepEqual(events('payouts:escrow_confirmation_failed'), [
+        { quoteId, payoutId, txHash, attempts: 3, code: 'ESCROW_CONFIRMATION_FAILED' },
+      ])
+
+      // Done: later runs neither send nor alert again.
+      await backoffPassed()
+      assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
+      assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
+      assert.lengthOf(wire(), 9)
+      assert.lengthOf(events('payouts:escrow_confirmation_failed'), 1)
+      assert.lengthOf(events('payouts:escrow_confirmed'), 0)
+      assert.deepInclude(await payouts.health(), { escrowFailed: 1 })
+    })
+
+  test('{name}: a deposit the service detected meanwhile is confirmed locally, without an alert')
+    .with(FAILURES)
+    .run(async ({ assert, cleanup }, { reply }) => {
+      const { payouts, quoteId, payoutId, txHash, wire, row, events } = await scriptedEscrow(
+        cleanup,
+        reply,
+        { detectedByConfirm: true }
+      )
+      assert.deepInclude(await payouts.escrow.confirmDue(), {
+        checked: 1,
+        detected: 1,
+        failed: 0,
+        waiting: 0,
+      })
+      assert.deepEqual(wire(), ['status', 'confirm', 'status'])
+      assert.equal((await row()).state, 'confirmed')
+      assert.deepEqual(events('payouts:escrow_confirmed'), [{ quoteId, payoutId, txHash }])
+      assert.lengthOf(events('payouts:escrow_confirmation_failed'), 0)
+      assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
+      assert.lengthOf(wire(), 3)
+    })
+  test('recording the same deposit again keeps its bound; after the alert it starts afresh', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { payouts, quoteId, txHash, row, backoffPassed, events } = await scriptedEscrow(cleanup, {
+      status: 500,
+      body: { success: false },
+    })
+    const confirmedAt = DateTime.now().minus({ hours: 1 })
+    assert.deepInclude(await payouts.escrow.confirmDue(), { waiting: 1 })
+    const waiting = await row()
+    await payouts.escrow.recordDeposit({ quoteId, txHash, confirmedAt })
+    const again = await row()
+    assert.deepEqual(
+      [again.state, again.attempts, again.nextAttemptAt?.toMillis()],
+      ['deposit_recorded', 1, waiting.nextAttemptAt!.toMillis()]
+    )
+    for (let run = 0; run < 2; run++) {
+      await backoffPassed()
+      await payouts.escrow.confirmDue()
+    }
+    assert.equal((await row()).state, 'confirm_failed')
+    assert.lengthOf(events('payouts:escrow_confirmation_failed'), 1)
+    // A human records it again: a new budget, due now.
+    await payouts.escrow.recordDeposit({ quoteId, txHash, confirmedAt })
+    const rearmed = await row()
+    assert.deepEqual(
+      [rearmed.state, rearmed.attempts, rearmed.nextAttemptAt, rearmed.lastErrorCode],
+      ['deposit_recorded', 0, null, null]
+    )
+    assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, waiting: 1 })
+  })
+
+  test('no answer or a gateway error is no verdict: one request per run, no attempt counted', async ({
+    assert,
+    cleanup,
+  }) => {
+    for (const reply of [{ status: 503, body: { error: 'unavailable' } }, 'reset'] as Reply[]) {
+      const { payouts, wire, row, events } = await scriptedEscrow(cleanup, reply)
+      for (let run = 1; run <= 2; run++) {
+        assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, waiting: 1 })
+        assert.equal(wire().filter((r) => r === 'confirm').length, run, JSON.stringify(reply))
+        const deposit = await row()
+        assert.deepEqual([deposit.state, deposit.attempts], ['deposit_recorded', 0])
+        assert.isNull(deposit.nextAttemptAt)
+      }
+      assert.lengthOf(events('payouts:escrow_confirmation_failed'), 0)
+    }
+  })
+
+  test('a payout the ledger saw leave pending confirms its deposit from the local row, no request', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { payouts, quoteId, payoutId, txHash, wire, row, events } = await scriptedEscrow(
+      cleanup,
+      { status: 500, body: { success: false } }
+    )
+    // A run claimed the deposit and died; meanwhile a webhook moved the payout (the ledger
+    // leaves a claimed deposit to its run).
+    const deposit = await row()
+    deposit.merge({
+      state: 'confirm_requested',
+      confirmAttemptedAt: DateTime.now().minus({ minutes: 30 }),
+    })
+    await deposit.save()
+    const { ledger } = await payouts.parts()
+    await ledger.apply({
+      payoutId,
+      status: 'processing',
+      step: 'collected',
+      source: 'webhook',
+      fields: { flow: 'stablecoin_to_fiat' },
+    })
+    assert.equal((await row()).state, 'confirm_requested')
+    assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, detected: 1 })
+    assert.deepEqual(wire(), [])
+    assert.equal((await row()).state, 'confirmed')
+    assert.deepEqual(events('payouts:escrow_confirmed'), [{ quoteId, payoutId, txHash }])
   })
 })
 
@@ -352,6 +606,46 @@ test.group(`Jobs | reconciliation (${TEST_DB})`, () => {
     assert.lengthOf(polled, 30)
     assert.isTrue(first.checked + second.checked <= 30)
   })
+
+  test('a read failure is judged on its status, never its words: {name}')
+    .with([
+      {
+        name: '403 environment_scope mismatch stops the run',
+        reply: { status: 403, body: { error: 'environment_scope mismatch' } },
+        summary: { checked: 1, stoppedForError: true, missing: 0, failed: 0 },
+      },
+      {
+        name: 'a 500 whose body says NOT_FOUND stops the run',
+        reply: { status: 500, body: { code: 'NOT_FOUND', error: 'not found' } },
+        summary: { checked: 1, stoppedForError: true, missing: 0, failed: 0 },
+      },
+      {
+        name: 'a 404 whose body says RATE_LIMITED is one missing payout',
+        reply: { status: 404, body: { code: 'RATE_LIMITED', error: 'rate limit exceeded' } },
+        summary: { checked: 2, stoppedForError: false, missing: 2, failed: 0 },
+      },
+      {
+        name: 'a 400 with a reworded body is one failed payout',
+        reply: { status: 400, body: { error: 'that id looks odd' } },
+        summary: { checked: 2, stoppedForError: false, missing: 0, failed: 2 },
+      },
+    ] as Array<{ name: string; reply: Reply; summary: Record<string, unknown> }>)
+    .run(async ({ assert, cleanup }, { reply, summary }) => {
+      const server = await startScriptedServer([reply])
+      cleanup(() => server.close())
+      const app = await startHttpApp(cleanup, {
+        apiKey: TEST_API_KEY,
+        baseUrl: server.baseUrl,
+        clientRateLimiter: false,
+        retry: { maxRetries: 0 },
+      })
+      const { ledger } = await app.payouts.parts()
+      for (let i = 0; i < 2; i++) {
+        await ledger.apply({ payoutId: randomUUID(), status: 'pending', source: 'execute' })
+      }
+      assert.deepInclude(await app.payouts.reconcile({ staleAfterMs: 0 }), summary)
+      assert.lengthOf(server.requests, summary.checked as number)
+    })
 
   test('a payout the service answers badly is skipped; a failing service stops the run', async ({
     assert,

@@ -1,12 +1,18 @@
 import { spawn } from 'node:child_process'
 import { test } from '@japa/runner'
 import { DateTime } from 'luxon'
-import { PayoutsClient } from '../../src/client/main.ts'
+import {
+  PayoutsClient,
+  PayoutsNetworkError,
+  PayoutsValidationError,
+} from '../../src/client/main.ts'
 import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
 import { PayoutLedger, type PayoutChange } from '../../src/ledger/payout_ledger.ts'
 import { EscrowDeposit, ExecutionIntent, Payout } from '../../src/models/main.ts'
 import { startEmulator } from '../emulator/helpers.ts'
+import { TEST_API_KEY } from '../helpers/app.ts'
 import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { startScriptedServer } from '../helpers/scripted_server.ts'
 
 async function setup(
   cleanup: (fn: () => Promise<void>) => void,
@@ -81,6 +87,111 @@ test.group(`Ledger | executor (${TEST_DB})`, () => {
     assert.equal(intent.state, 'failed')
     assert.equal(intent.error?.code, 'AMOUNT_OUT_OF_BOUNDS')
     assert.lengthOf(await Payout.all(), 0)
+  })
+
+  test('input the plugin refuses itself sends nothing and leaves nothing to recover', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, executor, body } = await setup(cleanup)
+    const refused: Array<[Record<string, unknown>, string]> = [
+      [{ ...body, amount: 0 }, 'amount'],
+      [{ ...body, amount: -5 }, 'amount'],
+      [{ ...body, amount: Number.NaN }, 'amount'],
+      [{ ...body, flow: 'teleport' }, 'flow'],
+      [{ ...body, flow: 'x'.repeat(40) }, 'flow'],
+      [{ ...body, recipientId: undefined }, 'recipientId'],
+      [{ ...body, fromCurrency: 'USDC', userPaymentMethodId: undefined }, 'walletAddress'],
+    ]
+    for (const [input, field] of refused) {
+      const error = await executor.execute(input as any).catch((e) => e)
+      assert.instanceOf(error, PayoutsValidationError, field)
+      assert.equal(error.field, field)
+    }
+    assert.equal(emu.state.idempotency.size, 0, 'nothing reached the service')
+    const intents = await ExecutionIntent.all()
+    assert.deepEqual(
+      intents.filter((intent) => ['pending', 'unknown', 'needs_attention'].includes(intent.state)),
+      [],
+      'no intent says a request may have gone out'
+    )
+    assert.deepInclude(await executor.recover({ olderThanMs: 0 }), { resent: 0, flagged: 0 })
+    assert.equal(emu.state.idempotency.size, 0)
+  })
+
+  test('a request that provably never left (connection refused) is refused, not unknown', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, ledger, body } = await setup(cleanup)
+    const closed = await startScriptedServer([{ status: 200, body: {} }])
+    await closed.close()
+    const client = new PayoutsClient({
+      apiKey: TEST_API_KEY,
+      baseUrl: closed.baseUrl,
+      rateLimiter: false,
+      retry: { maxRetries: 0 },
+    })
+    cleanup(() => client.close())
+    const executor = new PayoutExecutor({ db, ledger, client })
+    const error = await executor.execute(body).catch((e) => e)
+    assert.instanceOf(error, PayoutsNetworkError)
+    assert.isFalse(error.outcomeUnknown)
+    const [intent] = await ExecutionIntent.all()
+    assert.equal(intent.state, 'refused')
+    assert.deepInclude(intent.error!, { code: 'NETWORK_ERROR', outcomeUnknown: false })
+    assert.deepInclude(await executor.recover({ olderThanMs: 0 }), { resent: 0 })
+    assert.equal((await intent.refresh()).state, 'refused')
+  })
+
+  test('an intent that may have been sent stays unknown when a later attempt never leaves', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, db, ledger, client, body } = await setup(cleanup, {
+      timeoutMs: 100,
+      retry: { maxRetries: 0 },
+    })
+    emu.admin.setFaults({ processingDelayMs: 300 })
+    await assert.rejects(() => new PayoutExecutor({ db, ledger, client }).execute(body))
+    const intent = await ExecutionIntent.firstOrFail()
+    assert.equal(intent.state, 'unknown')
+    const closed = await startScriptedServer([{ status: 200, body: {} }])
+    await closed.close()
+    const offline = new PayoutsClient({
+      apiKey: TEST_API_KEY,
+      baseUrl: closed.baseUrl,
+      rateLimiter: false,
+      retry: { maxRetries: 0 },
+    })
+    cleanup(() => offline.close())
+    const summary = await new PayoutExecutor({ db, ledger, client: offline }).recover({
+      olderThanMs: 0,
+    })
+    assert.deepInclude(summary, { resent: 1, unknown: 1 })
+    assert.equal((await intent.refresh()).state, 'unknown')
+  })
+
+  test('a stored body that no longer validates is flagged for a human once it may have gone out', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, db, ledger, client, executor, body } = await setup(cleanup, {
+      timeoutMs: 100,
+      retry: { maxRetries: 0 },
+    })
+    emu.admin.setFaults({ processingDelayMs: 300 })
+    await assert.rejects(() => executor.execute(body))
+    const intent = await ExecutionIntent.firstOrFail()
+    assert.equal(intent.state, 'unknown')
+    // A body an older version accepted: the client now refuses to send it.
+    intent.requestBody = { ...intent.requestBody, amount: 0 }
+    await intent.save()
+    const summary = await new PayoutExecutor({ db, ledger, client }).recover({ olderThanMs: 0 })
+    assert.deepInclude(summary, { resent: 1, flagged: 1, unknown: 0 })
+    await intent.refresh()
+    assert.equal(intent.state, 'needs_attention')
+    assert.deepInclude(intent.error!, { code: 'E_VALIDATION', field: 'amount' })
   })
 
   test('an unknown outcome is recovered with the same key: exactly one payout at the service', async ({

@@ -1,0 +1,57 @@
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { request } from 'undici'
+
+/**
+ * A real HTTP forwarder on 127.0.0.1 in front of another local server (the emulator):
+ * it records the method and path of every request that reaches it, so a test counts
+ * what actually went over the wire.
+ */
+export async function startRecordingProxy(
+  cleanup: (fn: () => Promise<void>) => void,
+  target: string
+) {
+  const requests: Array<{ method: string; path: string }> = []
+  const base = new URL(target)
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = []
+    req.on('data', (chunk) => chunks.push(chunk))
+    req.on('end', async () => {
+      const url = new URL(req.url!, 'http://127.0.0.1')
+      requests.push({ method: req.method!, path: url.pathname.slice(base.pathname.length - 1) })
+      const headers = { ...req.headers }
+      delete headers.host
+      delete headers.connection
+      try {
+        const response = await request(`${base.origin}${req.url}`, {
+          method: req.method as 'GET',
+          headers,
+          body: chunks.length > 0 ? Buffer.concat(chunks) : undefined,
+        })
+        const body = Buffer.from(await response.body.arrayBuffer())
+        const forwarded = { ...response.headers }
+        delete forwarded['transfer-encoding']
+        delete forwarded.connection
+        res.writeHead(response.statusCode, forwarded as Record<string, string>)
+        res.end(body)
+      } catch {
+        res.socket?.destroy()
+      }
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  cleanup(async () => {
+    server.closeAllConnections()
+    await new Promise((resolve) => server.close(resolve))
+  })
+  const { port } = server.address() as AddressInfo
+  return {
+    /** The target's URL, path prefix included, through the proxy. */
+    baseUrl: `http://127.0.0.1:${port}${base.pathname.replace(/\/$/, '')}`,
+    requests,
+    /** Requests that reached the target with this method and path. */
+    count(method: string, path: string) {
+      return requests.filter((r) => r.method === method && r.path === path).length
+    },
+  }
+}
