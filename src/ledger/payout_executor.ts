@@ -1,3 +1,4 @@
+import { boundedTransaction } from '../database/deadline.ts'
 import { createHash, randomUUID } from 'node:crypto'
 import type { Database } from '@adonisjs/lucid/database'
 import { DateTime } from 'luxon'
@@ -40,6 +41,8 @@ export interface PayoutExecutorOptions {
   ledger: PayoutLedger
   client: Pick<PayoutsClient, 'execute'>
   connection?: string
+  /** Bound of the transaction that stores a response (see `boundedTransaction`). */
+  transactionTimeoutMs?: number
   /** The service's replay window (24 h). */
   idempotencyWindowMs?: number
   /** Recovery stops re-sending this long before the window closes. */
@@ -91,6 +94,7 @@ export class PayoutExecutor {
     this.#options = {
       idempotencyWindowMs: 24 * 3600 * 1000,
       safetyMarginMs: 3600 * 1000,
+      transactionTimeoutMs: 0,
       now: () => DateTime.now(),
       ...options,
     }
@@ -157,9 +161,13 @@ export class PayoutExecutor {
   async #store(intent: ExecutionIntent, result: ExecuteResult): Promise<ExecutedPayout> {
     const { ledger } = this.#options
     let stored: AppliedBatch | undefined
-    const payout = await this.#options.db
-      .connection(this.#options.connection)
-      .transaction(async (trx) => {
+    // Bounded: a store that stalls fails this call, and the intent stays for recovery to
+    // re-send with its key (the service answers the original payout again).
+    const payout = await boundedTransaction(
+      this.#options.db.connection(this.#options.connection),
+      this.#options.transactionTimeoutMs,
+      'execute store',
+      async (trx) => {
         const body = intent.requestBody as Record<string, any>
         const instructions: Record<string, unknown> = {}
         if ('bankingInstructions' in result && result.bankingInstructions)
@@ -215,7 +223,8 @@ export class PayoutExecutor {
         intent.error = null
         await intent.save()
         return stored.results[0].payout
-      })
+      }
+    )
     await ledger.notifyBatch(stored!)
     return { result, payout, intent }
   }

@@ -155,7 +155,13 @@ export class PayoutsService {
       connection,
       this.config.ledger.transactionTimeoutMs
     )
-    const executor = new PayoutExecutor({ db, ledger, client: this.client, connection })
+    const executor = new PayoutExecutor({
+      db,
+      ledger,
+      client: this.client,
+      connection,
+      transactionTimeoutMs: this.config.ledger.transactionTimeoutMs,
+    })
     const inbox = new InboxStore(db, tableNames(tablePrefix).webhookDeliveries, connection, {
       insertTimeoutMs: this.config.webhook.ackTimeoutMs,
       transactionTimeoutMs: this.config.ledger.transactionTimeoutMs,
