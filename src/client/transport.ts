@@ -123,9 +123,13 @@ export class Transport {
   async send(spec: RequestSpec): Promise<RawResponse> {
     const { retry } = this.options
     let lastError: PayoutsApiError | undefined
+    // Whether any attempt so far may have reached the service: a later attempt that surely
+    // did not (a refused connection) says nothing about the earlier one.
+    let mayHaveReached = false
     for (let attempt = 0; attempt <= retry.maxRetries; attempt++) {
       const held = this.#limits.waitFor(spec.family)
-      if (held > retry.maxRetryAfterMs) throw this.#heldTooLong(spec, held, lastError)
+      if (held > retry.maxRetryAfterMs)
+        throw this.#heldTooLong(spec, held, lastError, mayHaveReached)
       const backoff = lastError ? this.#waitBefore(lastError, attempt - 1) : 0
       const wait = Math.max(backoff, held)
       if (lastError) {
@@ -141,15 +145,22 @@ export class Transport {
       }
       if (lastError || wait > 0) {
         await this.options.sleep(wait)
-        if (spec.signal?.aborted) throw new PayoutsAbortedError({ status: 0, message: 'aborted' })
+        if (spec.signal?.aborted) {
+          throw new PayoutsAbortedError({
+            status: 0,
+            message: 'aborted',
+            outcomeUnknown: mayHaveReached,
+          })
+        }
       }
       if (this.options.limiter) await this.options.limiter.acquire(spec.family)
       const outcome = await this.#attempt(spec)
       if (!(outcome instanceof PayoutsApiError)) return outcome
       lastError = outcome
+      mayHaveReached ||= outcome.outcomeUnknown
       if (!this.#retryable(outcome, spec)) break
     }
-    throw lastError!
+    throw withEarlierOutcome(lastError!, mayHaveReached)
   }
 
   #retryable(error: PayoutsApiError, spec: RequestSpec): boolean {
@@ -175,14 +186,19 @@ export class Transport {
   }
 
   /** The family is held past the ceiling: refused here, nothing sent. */
-  #heldTooLong(spec: RequestSpec, heldMs: number, lastError?: PayoutsApiError) {
+  #heldTooLong(
+    spec: RequestSpec,
+    heldMs: number,
+    lastError: PayoutsApiError | undefined,
+    mayHaveReached: boolean
+  ) {
     return new RateLimitedError({
       status: 429,
       code: 'RATE_LIMITED',
       message: `the service's ${spec.family} rate limit resets in ${Math.ceil(heldMs / 1000)} s, past retry.maxRetryAfterMs; not sent`,
       retryAfter: heldMs / 1000,
       // An earlier attempt of this call may have reached the service.
-      outcomeUnknown: lastError?.outcomeUnknown ?? false,
+      outcomeUnknown: mayHaveReached,
       cause: lastError,
     })
   }
@@ -370,4 +386,18 @@ export function parseRetryAfter(
   const date = Date.parse(/ (?:GMT|UTC)$/i.test(header) ? header : `${header} GMT`)
   if (Number.isNaN(date) || date <= now) return null
   return (date - now) / 1000
+}
+
+/**
+ * The final error of a call whose earlier attempt may have reached the service. An answer
+ * that settles the request (a 2xx, a 4xx other than 429 and 409: with an Idempotency-Key
+ * the service replays what it did) keeps its own outcome; anything else (no answer, a
+ * refused connection, 429, 409, 5xx) cannot say the earlier attempt did nothing.
+ */
+function withEarlierOutcome(error: PayoutsApiError, mayHaveReached: boolean): PayoutsApiError {
+  if (!mayHaveReached || error.outcomeUnknown) return error
+  const settles = error.status >= 400 && error.status < 500 && ![409, 429].includes(error.status)
+  if (settles) return error
+  Object.defineProperty(error, 'outcomeUnknown', { value: true, enumerable: true })
+  return error
 }

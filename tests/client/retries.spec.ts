@@ -215,6 +215,31 @@ test.group('Client | retry classification', () => {
     assert.lengthOf(sleeps, 0)
   })
 
+  test('a call whose first attempt may have arrived stays outcome-unknown when a retry is refused', async ({
+    assert,
+    cleanup,
+  }) => {
+    // The first execute reaches the server and the connection drops before the answer; the
+    // server is then gone, so every retry is refused before it is sent.
+    const server = await startScriptedServer(['reset'])
+    cleanup(() => server.close())
+    let closed = false
+    const { client } = testClient(server.baseUrl, {
+      retry: { maxRetries: 2, baseDelayMs: 1, jitter: 0 },
+      sleep: async () => {
+        if (!closed) await server.close()
+        closed = true
+      },
+    })
+    cleanup(() => client.close())
+    const error = await client.execute(executeBodies.fiat_to_fiat).catch((e) => e)
+    assert.lengthOf(server.requests, 1)
+    assert.equal(error.code, 'NETWORK_ERROR')
+    assert.include(error.message, 'ECONNREFUSED')
+    // The request that arrived may have created the payout: never "not sent".
+    assert.isTrue(error.outcomeUnknown)
+  })
+
   test('a caller abort is not retried', async ({ assert, cleanup }) => {
     const server = await startScriptedServer(['hang'])
     const { client } = testClient(server.baseUrl, { timeoutMs: 5000 })
