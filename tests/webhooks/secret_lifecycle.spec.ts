@@ -9,6 +9,10 @@ import { startEmulator } from '../emulator/helpers.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startHttpApp, type HttpApp } from '../helpers/http_app.ts'
 
+/**
+ * The emulator as the service and an app subscribed through the plugin: `secret()` is what
+ * the service signs with now.
+ */
 async function setup(cleanup: (fn: () => Promise<void>) => void) {
   const emu = await startEmulator(cleanup, { rateLimits: false })
   const app = await startHttpApp(cleanup, {
@@ -16,7 +20,9 @@ async function setup(cleanup: (fn: () => Promise<void>) => void) {
     baseUrl: emu.baseUrl,
     clientRateLimiter: false,
   })
-  return { emu, app }
+  const { id } = await app.payouts.webhooks.create({ url: 'https://hooks.example.com/w' })
+  const secret = () => emu.webhooks.subscriptions.get(id)!.secret
+  return { emu, app, id, secret }
 }
 
 /** POSTs a `payout.created` signed with `secret` to the real route; answers the status. */
@@ -47,13 +53,12 @@ test.group(`Webhooks | secret lifecycle (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, app } = await setup(cleanup)
-    const { id } = await app.payouts.webhooks.create({ url: 'https://hooks.example.com/w' })
-    const old = emu.webhooks.subscriptions.get(id)!.secret
+    const { app, id, secret } = await setup(cleanup)
+    const old = secret()
     assert.deepEqual(await deliver(app, old), { status: 200, stored: true })
 
     await app.payouts.webhooks.rotateSecret(id)
-    const fresh = emu.webhooks.subscriptions.get(id)!.secret
+    const fresh = secret()
     assert.notEqual(fresh, old)
     assert.deepEqual(await deliver(app, old), { status: 400, stored: false })
     assert.deepEqual(await deliver(app, fresh), { status: 200, stored: true })
@@ -64,9 +69,8 @@ test.group(`Webhooks | secret lifecycle (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, app } = await setup(cleanup)
-    const { id } = await app.payouts.webhooks.create({ url: 'https://hooks.example.com/w' })
-    const old = emu.webhooks.subscriptions.get(id)!.secret
+    const { app, id, secret } = await setup(cleanup)
+    const old = secret()
     // A second instance: its own store over the same table, with a short cache lifetime.
     const ttlMs = 100
     const db = await app.app.container.make('lucid.db')
@@ -75,7 +79,7 @@ test.group(`Webhooks | secret lifecycle (${TEST_DB})`, () => {
     assert.include(await other.activeSecrets(), old)
 
     await app.payouts.webhooks.rotateSecret(id)
-    const fresh = emu.webhooks.subscriptions.get(id)!.secret
+    const fresh = secret()
     await setTimeout(ttlMs + 50)
     assert.deepEqual(await other.activeSecrets(), [fresh])
 
@@ -88,18 +92,17 @@ test.group(`Webhooks | secret lifecycle (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, app } = await setup(cleanup)
-    const { id } = await app.payouts.webhooks.create({ url: 'https://hooks.example.com/w' })
-    const first = emu.webhooks.subscriptions.get(id)!.secret
+    const { emu, app, id, secret } = await setup(cleanup)
+    const first = secret()
     await app.payouts.webhooks.rotateSecret(id)
-    const second = emu.webhooks.subscriptions.get(id)!.secret
+    const second = secret()
     assert.equal((await deliver(app, second)).status, 200)
 
     const result = await app.payouts.webhooks.delete(id)
     assert.deepEqual(result, { id, deletedAtService: true, removedLocally: true })
     assert.isFalse(emu.webhooks.subscriptions.has(id))
-    for (const secret of [first, second]) {
-      assert.deepEqual(await deliver(app, secret), { status: 400, stored: false })
+    for (const dead of [first, second]) {
+      assert.deepEqual(await deliver(app, dead), { status: 400, stored: false })
     }
     // The configured secret is untouched.
     assert.equal((await deliver(app, 'whsec_current_secret')).status, 200)
@@ -109,9 +112,8 @@ test.group(`Webhooks | secret lifecycle (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, app } = await setup(cleanup)
-    const { id } = await app.payouts.webhooks.create({ url: 'https://hooks.example.com/w' })
-    const secret = emu.webhooks.subscriptions.get(id)!.secret
+    const { app, id, secret: current } = await setup(cleanup)
+    const secret = current()
     await app.payouts.client.webhooks.subscriptions.delete(id)
 
     const result = await app.payouts.webhooks.delete(id)
@@ -123,9 +125,8 @@ test.group(`Webhooks | secret lifecycle (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, app } = await setup(cleanup)
-    const { id } = await app.payouts.webhooks.create({ url: 'https://hooks.example.com/w' })
-    const secret = emu.webhooks.subscriptions.get(id)!.secret
+    const { emu, app, id, secret: current } = await setup(cleanup)
+    const secret = current()
 
     emu.admin.setFaults({ errorRate: 1, pathPrefixes: ['/webhooks/subscriptions'] })
     const refused = await app.payouts.webhooks.delete(id).catch((error) => error)
