@@ -78,8 +78,19 @@ export const payoutsConfigSchema = z.object({
       websocketUrl: z.url().optional(),
       reconnectBaseMs: z.number().int().positive().default(1000),
       reconnectMaxMs: z.number().int().positive().default(30_000),
+      /**
+       * How long the plugin waits for an app event's listeners: past it the listener is
+       * logged as failed and the change's next events go on (a listener that never ends
+       * would otherwise hold inbox processing behind it).
+       */
+      listenerTimeoutMs: z.number().int().positive().default(10_000),
     })
-    .default({ sources: 'webhooks', reconnectBaseMs: 1000, reconnectMaxMs: 30_000 }),
+    .default({
+      sources: 'webhooks',
+      reconnectBaseMs: 1000,
+      reconnectMaxMs: 30_000,
+      listenerTimeoutMs: 10_000,
+    }),
   reconcile: z
     .object({
       staleAfterMs: z

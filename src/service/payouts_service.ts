@@ -3,6 +3,7 @@ import type { EmitterService, EventsList } from '@adonisjs/core/types'
 import type { HttpRouterService } from '@adonisjs/core/types'
 import type { Database } from '@adonisjs/lucid/database'
 import { PayoutsApiError, PayoutsClient } from '../client/main.ts'
+import { isDeadlineError, withDeadline } from '../database/deadline.ts'
 import type { ExecuteInput } from '../client/payouts_client.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import {
@@ -254,10 +255,13 @@ export class PayoutsService {
   async #emitSafely<Name extends PayoutsEventName>(name: Name, payload: PayoutsEventPayload<Name>) {
     const data = withEventKey(name, payload)
     try {
-      await this.#deps.emitter?.emit(name, data as EventsList[Name])
+      const emitting = this.#deps.emitter?.emit(name, data as EventsList[Name])
+      if (emitting) {
+        await withDeadline(emitting, this.config.events.listenerTimeoutMs, `listeners of ${name}`)
+      }
     } catch (error) {
       this.#deps.logger.error(
-        { err: error, event: name, eventKey: data.eventKey },
+        { err: error, event: name, eventKey: data.eventKey, timedOut: isDeadlineError(error) },
         'payouts listener failed'
       )
     }

@@ -246,6 +246,41 @@ test.group(`App events | a failing listener silences nothing (${TEST_DB})`, () =
     assert.lengthOf(completions, 1)
   })
 
+  test("a listener that never ends is given up at its bound: the change's later events still fire", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { http, emitter, logs } = await setup(cleanup)
+    const service = new PayoutsService(
+      { ...http.payouts.config, events: { ...http.payouts.config.events, listenerTimeoutMs: 200 } },
+      {
+        logger: new Logger({
+          enabled: true,
+          name: 'payouts-test',
+          level: 'error',
+          destination: { write: (line: string) => void logs.push(JSON.parse(line)) },
+        }),
+        emitter,
+        database: async () => await http.app.container.make('lucid.db'),
+      }
+    )
+    cleanup(() => service.close())
+    // Awaits something that never happens (a lock, a socket with no timeout).
+    emitter.on('payouts:status_updated', (event) => {
+      if (event.status === 'completed') return new Promise<void>(() => {})
+    })
+    const completions: string[] = []
+    emitter.on('payouts:completed', (event) => void completions.push(event.eventKey))
+
+    const { ledger } = await service.parts()
+    const payoutId = randomUUID()
+    await ledger.apply(pending(payoutId))
+    await ledger.apply(completed(payoutId))
+    assert.lengthOf(completions, 1)
+    const failure = logs.find((line) => line.msg === 'payouts listener failed')
+    assert.deepInclude(failure, { event: 'payouts:status_updated', timedOut: true })
+  }).timeout(10_000)
+
   test('a broadcast that throws on one channel does not stop the other', async ({
     assert,
     cleanup,
