@@ -1,5 +1,6 @@
 import { readdir, readFile } from 'node:fs/promises'
 import type Configure from '@adonisjs/core/commands/configure'
+import { API_KEY_PATTERN } from './src/schemas/common.ts'
 import { stubsRoot } from './stubs/main.ts'
 
 const SANDBOX_DEFAULT_URL = 'http://127.0.0.1:4010'
@@ -59,8 +60,10 @@ export async function configure(command: Configure) {
     return
   }
   const apiKey = (command.parsedFlags['api-key'] as string | undefined) ?? ''
-  if (apiKey && !/^sk_(test|live)_[A-Za-z0-9]+$/.test(apiKey)) {
-    command.logger.error('--api-key must look like sk_test_... or sk_live_...')
+  if (apiKey && !API_KEY_PATTERN.test(apiKey)) {
+    command.logger.error(
+      '--api-key must be sk_test_ or sk_live_ followed by 43 url-safe characters'
+    )
     command.exitCode = 1
     return
   }

@@ -19,7 +19,9 @@ export default class PayoutsWebhooksDelete extends BaseCommand {
 
   async run() {
     if (!this.force && !(await this.#confirmed())) {
-      this.logger.error('Nothing deleted (pass --force to delete without asking)')
+      this.logger.error(
+        'Nothing deleted (not confirmed: pass --force to delete without asking, as scripts must)'
+      )
       this.exitCode = 1
       return
     }
@@ -39,6 +41,8 @@ export default class PayoutsWebhooksDelete extends BaseCommand {
   }
 
   async #confirmed() {
+    // No terminal to ask on (cron, CI, a pipe): a prompt would wait on it forever.
+    if (!process.stdin.isTTY) return false
     try {
       return await this.prompt.confirm(`Delete subscription ${this.id}?`)
     } catch {

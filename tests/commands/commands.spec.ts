@@ -65,6 +65,18 @@ function jsonOf(command: any) {
   throw new Error('the command printed no JSON')
 }
 
+/** Runs `fn` as if standard input were (or were not) a terminal. */
+async function withStdinTTY<T>(isTTY: boolean, fn: () => Promise<T>): Promise<T> {
+  const before = Object.getOwnPropertyDescriptor(process.stdin, 'isTTY')
+  Object.defineProperty(process.stdin, 'isTTY', { value: isTTY, configurable: true })
+  try {
+    return await fn()
+  } finally {
+    if (before) Object.defineProperty(process.stdin, 'isTTY', before)
+    else delete (process.stdin as { isTTY?: boolean }).isTTY
+  }
+}
+
 test.group(`Commands (${TEST_DB})`, () => {
   test('payouts:coverage prints a table, or JSON with --json', async ({ assert, cleanup }) => {
     const { run } = await setup(cleanup)
@@ -120,9 +132,15 @@ test.group(`Commands (${TEST_DB})`, () => {
     const secret = emu.webhooks.subscriptions.get(id)!.secret
     const ace = await app.app.container.make('ace')
 
+    // Run without a terminal (cron, CI, `</dev/null`): nothing to ask on, so nothing done.
+    const unattended = await withStdinTTY(false, () => run(PayoutsWebhooksDelete, [id]))
+    unattended.assertFailed()
+    unattended.assertLogMatches(/Nothing deleted.*--force/)
+    assert.isTrue(emu.webhooks.subscriptions.has(id))
+
     const declined = await ace.create(PayoutsWebhooksDelete, [id])
     declined.prompt.trap(`Delete subscription ${id}?`).reject()
-    await declined.exec()
+    await withStdinTTY(true, () => declined.exec())
     declined.assertFailed()
     declined.assertLogMatches(/Nothing deleted/)
     assert.isTrue(emu.webhooks.subscriptions.has(id))
@@ -137,7 +155,7 @@ test.group(`Commands (${TEST_DB})`, () => {
 
     const accepted = await ace.create(PayoutsWebhooksDelete, [id])
     accepted.prompt.trap(`Delete subscription ${id}?`).accept()
-    await accepted.exec()
+    await withStdinTTY(true, () => accepted.exec())
     accepted.assertSucceeded()
     accepted.assertLogMatches(new RegExp(`Deleted ${id} at the service`))
     assert.isFalse(emu.webhooks.subscriptions.has(id))

@@ -56,6 +56,9 @@ async function migrationOf(root: URL) {
   return files.filter((file) => file.endsWith('_create_payouts_tables.ts'))
 }
 
+/** A key in the spec's format whose 43 characters include `-` and `_` (url-safe base64). */
+const URL_SAFE_KEY = 'sk_test_PrWQUkQBopclZmfdRk8So31KfinJ85UsI8o-7qO9wGk'
+
 test.group('Configure', (group) => {
   group.each.timeout(0)
 
@@ -64,7 +67,7 @@ test.group('Configure', (group) => {
     fs,
   }) => {
     const { ace } = await setupScratchApp(fs)
-    const command = await ace.create(Configure, [...ARGS, '--api-key=sk_test_abc123'])
+    const command = await ace.create(Configure, [...ARGS, `--api-key=${URL_SAFE_KEY}`])
     await command.exec()
     command.assertSucceeded()
 
@@ -86,12 +89,12 @@ test.group('Configure', (group) => {
     ])
     await assert.fileContains('.env', [
       'PAYOUTS_BASE_URL=http://127.0.0.1:4010',
-      'PAYOUTS_API_KEY=sk_test_abc123',
+      `PAYOUTS_API_KEY=${URL_SAFE_KEY}`,
     ])
     // The example file documents the variables without leaking the key.
     await assert.fileContains('.env.example', 'PAYOUTS_BASE_URL=http://127.0.0.1:4010')
     await assert.fileContains('.env.example', 'PAYOUTS_API_KEY=')
-    await assert.fileNotContains('.env.example', 'sk_test_abc123')
+    await assert.fileNotContains('.env.example', URL_SAFE_KEY)
     const [migration, ...others] = await fs.readDir('database/migrations')
     assert.lengthOf(others, 0)
     assert.match(migration.path, /^\d+_create_payouts_tables\.ts$/)
@@ -180,11 +183,13 @@ test.group('Configure', (group) => {
 
   test('a malformed --api-key fails before anything is written', async ({ assert, fs }) => {
     const { ace } = await setupScratchApp(fs)
-    const command = await ace.create(Configure, [...ARGS, '--api-key=pk_nope'])
-    await command.exec()
-    command.assertFailed()
-    command.assertLogMatches(/--api-key must look like sk_test_/)
-    await assert.fileNotExists('config/payouts.ts')
+    for (const bad of ['pk_nope', 'sk_test_abc123', `${URL_SAFE_KEY}!`]) {
+      const command = await ace.create(Configure, [...ARGS, `--api-key=${bad}`])
+      await command.exec()
+      command.assertFailed()
+      command.assertLogMatches(/--api-key must be sk_test_ or sk_live_ followed by 43/)
+      await assert.fileNotExists('config/payouts.ts')
+    }
   })
 
   test('the example app is what configure produces on the bare app', async ({ assert, fs }) => {
