@@ -370,7 +370,13 @@ export class PayoutsService {
    * previous one until its `previousSecretValidUntil`, and the current secret of each
    * subscription stored by payouts:webhooks:create / rotate-secret (never a rotated-out one).
    */
-  async webhookSecrets(now = Date.now()): Promise<string[]> {
+  async webhookSecrets(
+    now = Date.now(),
+    options: {
+      /** Reads the stored secrets again unless read within this time (see the route). */
+      maxAgeMs?: number
+    } = {}
+  ): Promise<string[]> {
     const { secret, previousSecret, previousSecretValidUntil } = this.config.webhook
     const secrets = secret ? [secret] : []
     if (previousSecret && previousSecretValidUntil && Date.parse(previousSecretValidUntil) > now) {
@@ -378,7 +384,7 @@ export class PayoutsService {
     }
     if (this.config.ledger.enabled && this.#deps.database) {
       const { secrets: store } = await this.parts()
-      if (store) secrets.push(...(await store.activeSecrets()))
+      if (store) secrets.push(...(await store.activeSecrets(options)))
     }
     return secrets
   }
@@ -470,7 +476,10 @@ export class PayoutsService {
           return inbox.insert(input)
         },
       },
-      secrets: () => this.webhookSecrets(),
+      // A signature no cached secret matches may be signed with a secret another process
+      // (payouts:webhooks:rotate-secret, another instance) stored since: read them again,
+      // at most once a second, before refusing an authentic delivery.
+      secrets: ({ fresh } = {}) => this.webhookSecrets(Date.now(), fresh ? { maxAgeMs: 1000 } : {}),
       toleranceSeconds: this.config.webhook.toleranceSeconds,
       maxBodyBytes: this.config.webhook.maxBodyBytes,
       ackTimeoutMs: this.config.webhook.ackTimeoutMs,

@@ -103,8 +103,13 @@ export class SecretStore {
     return affectedRows(deleted) > 0
   }
 
-  list(): Promise<StoredSubscription[]> {
-    if (this.#cache && Date.now() - this.#cache.at < this.ttlMs) {
+  /**
+   * The stored subscriptions, from the cache while it is younger than `ttlMs` (or than
+   * `maxAgeMs`, when a caller needs fresher ones).
+   */
+  list(options: { maxAgeMs?: number } = {}): Promise<StoredSubscription[]> {
+    const maxAge = Math.min(this.ttlMs, options.maxAgeMs ?? Infinity)
+    if (this.#cache && Date.now() - this.#cache.at < maxAge) {
       return Promise.resolve(this.#cache.secrets)
     }
     // One read however many webhooks arrive while the cache is stale. A read that stalls
@@ -143,8 +148,8 @@ export class SecretStore {
    * The current secret of every stored subscription. A previous secret is never accepted:
    * a rotation through the plugin keeps none, and one left by an older version is ignored.
    */
-  async activeSecrets(): Promise<string[]> {
-    const stored = await this.list()
+  async activeSecrets(options: { maxAgeMs?: number } = {}): Promise<string[]> {
+    const stored = await this.list(options)
     return stored.map((s) => s.secret).filter(Boolean)
   }
 }

@@ -8,8 +8,11 @@ import type { InboxStore } from './inbox_store.ts'
 /** Options of the signed webhook route. */
 export interface WebhookReceiverOptions {
   inbox: Pick<InboxStore, 'insert'>
-  /** Current secret first, then the previous one while its grace period lasts. */
-  secrets: () => string[] | Promise<string[]>
+  /**
+   * The secrets to verify with, current ones first. Asked again with `fresh` when none
+   * matches, so a secret stored by another process since the last read is not refused.
+   */
+  secrets: (options?: { fresh?: boolean }) => string[] | Promise<string[]>
   toleranceSeconds: number
   maxBodyBytes: number
   /**
@@ -84,19 +87,27 @@ export class WebhookReceiver {
     deliveryId: string
   ): Promise<'stored' | 'duplicate' | 'rejected'> {
     const { logger } = this.options
-    const secrets = await this.options.secrets()
+    const verify = (secrets: string[]) =>
+      verifySignature({
+        header: request.header('svc-signature'),
+        rawBody: raw,
+        secrets,
+        toleranceSeconds: this.options.toleranceSeconds,
+        nowSeconds: this.options.nowSeconds?.(),
+      })
+    let secrets = await this.options.secrets()
+    let verdict = verify(secrets)
+    if (!verdict.ok && verdict.reason === 'no_matching_signature') {
+      // Perhaps a secret stored by another process since the cache was filled.
+      const fresh = await this.options.secrets({ fresh: true })
+      if (fresh.some((secret) => !secrets.includes(secret))) verdict = verify(fresh)
+      secrets = fresh
+    }
     if (secrets.length === 0) {
       logger.error('payouts webhook rejected: no signing secret is configured')
       response.status(400).send({ error: 'invalid webhook' })
       return 'rejected'
     }
-    const verdict = verifySignature({
-      header: request.header('svc-signature'),
-      rawBody: raw,
-      secrets,
-      toleranceSeconds: this.options.toleranceSeconds,
-      nowSeconds: this.options.nowSeconds?.(),
-    })
     if (!verdict.ok) {
       this.#reject(response, verdict.reason, deliveryId)
       return 'rejected'

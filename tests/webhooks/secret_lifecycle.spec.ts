@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto'
 import { setTimeout } from 'node:timers/promises'
 import { test } from '@japa/runner'
+import { Logger } from '@adonisjs/core/logger'
 import { request } from 'undici'
 import { WebhookDelivery } from '../../src/models/main.ts'
 import { signPayload } from '../../src/signature/main.ts'
 import { SecretStore } from '../../src/webhooks/secret_store.ts'
+import { PayoutsService } from '../../src/service/payouts_service.ts'
 import { startEmulator } from '../emulator/helpers.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startHttpApp, type HttpApp } from '../helpers/http_app.ts'
@@ -63,6 +65,27 @@ test.group(`Webhooks | secret lifecycle (${TEST_DB})`, () => {
     assert.deepEqual(await deliver(app, old), { status: 400, stored: false })
     assert.deepEqual(await deliver(app, fresh), { status: 200, stored: true })
     assert.notInclude(await app.payouts.webhookSecrets(), old)
+  })
+
+  test('a secret rotated by another process is accepted within a second, not after the 30 s cache lifetime', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { app, secret, id } = await setup(cleanup)
+    // The route's cache is warm with the current secret.
+    assert.equal((await deliver(app, secret())).status, 200)
+    // Another process (the rotate-secret command, another instance) rotates it.
+    const other = new PayoutsService(app.payouts.config, {
+      logger: new Logger({ enabled: false }),
+      database: async () => await app.app.container.make('lucid.db'),
+      encryption: async () => await app.app.container.make('encryption'),
+    })
+    cleanup(() => other.close())
+    await other.webhooks.rotateSecret(id)
+    // The route reads the stored secrets again on a miss, at most once a second.
+    await setTimeout(1100)
+    // The service signs with the new one from now on: the route must not refuse it.
+    assert.deepEqual(await deliver(app, secret()), { status: 200, stored: true })
   })
 
   test('another instance refuses a rotated-out or deleted secret once its cache lifetime ends', async ({
