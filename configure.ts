@@ -100,6 +100,19 @@ export async function configure(command: Configure) {
     rc.addCommand('@svc/adonis-payouts/commands')
     rc.addPreloadFile('#start/payouts')
   })
+  // The codemods only warn when they cannot edit a file (no @adonisjs/assembler, a shape
+  // they do not know): without the provider nothing works, so that is no success.
+  if (
+    !(await readAppFile(command, 'adonisrc.ts')).includes('@svc/adonis-payouts/payouts_provider')
+  ) {
+    command.logger.error(
+      'adonisrc.ts was not updated: install @adonisjs/assembler as a dev dependency (or register ' +
+        "'@svc/adonis-payouts/payouts_provider', '@svc/adonis-payouts/commands' and " +
+        "'#start/payouts' by hand), then run configure again"
+    )
+    command.exitCode = 1
+    return
+  }
 
   // Only the variables .env lacks: a second run must not rewrite the file. The key and
   // the secret stay empty in .env.example.

@@ -192,6 +192,22 @@ test.group('Configure', (group) => {
     }
   })
 
+  test('an adonisrc.ts it cannot update is a failure, never "configured"', async ({
+    assert,
+    fs,
+  }) => {
+    const { ace } = await setupScratchApp(fs, {
+      // A shape the codemods do not know: no defineConfig call to add the provider to.
+      'adonisrc.ts': 'const rc = { providers: [] }\nexport default rc\n',
+    })
+    const command = await ace.create(Configure, ARGS)
+    await command.exec()
+    command.assertFailed()
+    command.assertLogMatches(/adonisrc.ts was not updated/)
+    const logs = command.ui.logger.getLogs().map((line) => line.message)
+    assert.notMatch(logs.join('\n'), /Payouts configured/)
+  })
+
   test('the example app is what configure produces on the bare app', async ({ assert, fs }) => {
     const { ace } = await setupScratchApp(fs)
     const command = await ace.create(Configure, ARGS)
