@@ -13,8 +13,11 @@ import { TcpProxy } from '../helpers/tcp_proxy.ts'
 import { waitFor } from './helpers.ts'
 
 /** Regressions the chaos suite found: each one is a crash or an overlap at the wrong moment. */
-async function setup(cleanup: (fn: () => Promise<void>) => void) {
-  const { db } = await setupDatabase(cleanup, 'regressions')
+async function setup(
+  cleanup: (fn: () => Promise<void>) => void,
+  database?: Awaited<ReturnType<typeof setupDatabase>>
+) {
+  const { db } = database ?? (await setupDatabase(cleanup, 'regressions'))
   const emu = await startEmulator(cleanup, { rateLimits: false })
   const client = new PayoutsClient({ apiKey: emu.apiKey, baseUrl: emu.baseUrl, rateLimiter: false })
   cleanup(() => client.close())
@@ -373,5 +376,42 @@ test.group(`Chaos regressions | the database lost right after an event fired (${
     assert.equal(await ledger.renotify({ olderThanMs: 0 }), 0, 'nothing left to fire')
     assert.lengthOf(fired, 1, 'fired once')
     assert.lengthOf(await PayoutEvent.query().whereNull('notified_at'), 0, 'marked')
+  }).timeout(30_000)
+
+  test('a confirmation whose mark was lost is marked later, not announced again by its process', async ({
+    assert,
+    cleanup,
+  }) => {
+    const database = await losableDatabase(cleanup)
+    const { db, emu, client, stable } = await setup(cleanup, database)
+    const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
+    const { result } = await executor.execute(stable)
+    const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
+    const confirmed: string[] = []
+    const escrow = new EscrowFallback({
+      db,
+      client,
+      // An interrupted attempt is resumed at once.
+      confirmAfterMinutes: 0,
+      onConfirmed: async (event) => {
+        confirmed.push(event.quoteId)
+        // Announced; the database goes away before the deposit is marked confirmed.
+        if (confirmed.length === 1) await database.lose()
+      },
+    })
+    await escrow.recordDeposit({ quoteId: result.quoteId, txHash })
+    const error = await escrow.run().then(
+      () => null,
+      (caught) => caught
+    )
+    assert.instanceOf(error, Error, 'the run failed to mark the deposit')
+    await database.back()
+    const deposit = await EscrowDeposit.findByOrFail('quoteId', result.quoteId)
+    assert.equal(deposit.state, 'confirm_requested')
+
+    // Resumed: the service has the deposit now.
+    assert.deepInclude(await escrow.run(), { checked: 1, detected: 1 })
+    assert.deepEqual(confirmed, [result.quoteId], 'announced once')
+    assert.equal((await deposit.refresh()).state, 'confirmed')
   }).timeout(30_000)
 })
