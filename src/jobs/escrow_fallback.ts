@@ -85,6 +85,11 @@ function showsDetection(change: PayoutChange): boolean {
 export class EscrowFallback {
   /** Deposits a run in this process is working on: not abandoned, whatever their age. */
   #working = new Set<number>()
+  /**
+   * Events this process fired for a deposit whose row the database then failed to mark (a
+   * stall, a dropped connection): a later run marks the row without firing them again.
+   */
+  #announced = new Set<string>()
   #options: Required<Omit<EscrowFallbackOptions, 'connection' | 'onConfirmed' | 'onFailed'>> &
     Pick<EscrowFallbackOptions, 'connection' | 'onConfirmed' | 'onFailed'>
 
@@ -351,29 +356,48 @@ export class EscrowFallback {
     summary: EscrowSummary,
     how: 'confirmed' | 'detected'
   ) {
-    await this.#options.onConfirmed?.({
-      quoteId: deposit.quoteId,
-      payoutId: deposit.payoutUuid,
-      txHash: deposit.txHash,
-    })
-    deposit.state = 'confirmed'
-    deposit.nextAttemptAt = null
-    await deposit.save()
+    await this.#announce(deposit, 'confirmed', () =>
+      this.#options.onConfirmed?.({
+        quoteId: deposit.quoteId,
+        payoutId: deposit.payoutUuid,
+        txHash: deposit.txHash,
+      })
+    )
     summary[how]++
   }
 
   /** Out of attempts: a human decides. Fired once: the row leaves the queue with it. */
   async #giveUp(deposit: EscrowDeposit, summary: EscrowSummary) {
-    await this.#options.onFailed?.({
-      quoteId: deposit.quoteId,
-      payoutId: deposit.payoutUuid,
-      txHash: deposit.txHash,
-      attempts: deposit.attempts,
-      code: deposit.lastErrorCode ?? 'UNKNOWN',
-    })
-    deposit.state = 'confirm_failed'
+    await this.#announce(deposit, 'confirm_failed', () =>
+      this.#options.onFailed?.({
+        quoteId: deposit.quoteId,
+        payoutId: deposit.payoutUuid,
+        txHash: deposit.txHash,
+        attempts: deposit.attempts,
+        code: deposit.lastErrorCode ?? 'UNKNOWN',
+      })
+    )
+    summary.failed++
+  }
+
+  /**
+   * Fires the event, then moves the row to `state`. A crash in between fires it again in
+   * the next process; a mark the database lost is retried by a later run of this one,
+   * without firing again.
+   */
+  async #announce(
+    deposit: EscrowDeposit,
+    state: 'confirmed' | 'confirm_failed',
+    fire: () => void | Promise<void>
+  ) {
+    const key = `${state}:${deposit.id}`
+    if (!this.#announced.has(key)) {
+      await fire()
+      this.#announced.add(key)
+    }
+    deposit.state = state
     deposit.nextAttemptAt = null
     await deposit.save()
-    summary.failed++
+    this.#announced.delete(key)
   }
 }

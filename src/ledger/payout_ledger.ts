@@ -241,6 +241,11 @@ export interface AppliedBatch {
 export class PayoutLedger {
   /** Changes whose hook is running in this process (renotify leaves them alone). */
   #notifying = new Set<number>()
+  /**
+   * Changes whose hook ran in this process but whose mark the database lost (a stall, a
+   * dropped connection): renotify marks them without running the hook again.
+   */
+  #unmarked = new Set<number>()
   #sweep?: Promise<number>
 
   constructor(
@@ -432,8 +437,11 @@ export class PayoutLedger {
         notified.push(change.eventId)
       }
     } finally {
-      // Not marked (database away): renotify fires them again later, with their eventId.
-      await this.#markNotified(notified).catch(() => {})
+      // Not marked (database away): renotify marks them later. Only a successor of this
+      // process (it died before the mark) runs their hook again, with their eventId.
+      await this.#markNotified(notified).catch(() => {
+        for (const id of notified) this.#unmarked.add(id)
+      })
       for (const id of ids) this.#notifying.delete(id)
     }
   }
@@ -683,6 +691,11 @@ export class PayoutLedger {
     let notified = 0
     for (const row of rows) {
       if (this.#notifying.has(row.id)) continue
+      if (this.#unmarked.has(row.id)) {
+        await this.#markNotified([row.id])
+        this.#unmarked.delete(row.id)
+        continue
+      }
       const change = row.applied ? await this.#rebuild(row) : null
       if (!change) {
         await this.#markNotified([row.id])

@@ -11,11 +11,12 @@ import {
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { test } from '@japa/runner'
-import { PayoutsClient } from '../../src/client/main.ts'
+import { request } from 'undici'
 import { tableNames } from '../../src/database/schema.ts'
 import { dbDate } from '../../src/database/dates.ts'
 import { PayoutsEmulator, type FaultConfig } from '../../src/emulator/main.ts'
 import { seededRandom } from '../../src/emulator/random.ts'
+import { computeV1, parseSignatureHeader, signPayload } from '../../src/signature/main.ts'
 import {
   EscrowDeposit,
   ExecutionIntent,
@@ -25,6 +26,7 @@ import {
 } from '../../src/models/main.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import {
+  databaseStaller,
   freePort,
   openDatabase,
   planPayouts,
@@ -32,6 +34,7 @@ import {
   refOf,
   sleep,
   waitFor,
+  type HostCall,
   type HostConfig,
   type HostMessage,
   type LogLine,
@@ -49,6 +52,15 @@ const SEED = Number(process.env.CHAOS_SEED ?? 2026)
  */
 const REAL_LEASES = process.env.CHAOS_REAL_LEASES ? process.env.CHAOS_REAL_LEASES === '1' : N >= 200
 const CONCURRENCY = 4
+/** The database stalls once this share of the payouts was executed, for this long. */
+const STALL_AT = 0.4
+const STALL_MS = 3000
+/** The host app's `webhook.ackTimeoutMs` (host_app.ts): a 503 up to this after the stall is its. */
+const ACK_TIMEOUT_MS = 1500
+/** The webhook secret is rotated through the plugin once this share was executed. */
+const ROTATE_AT = 0.85
+/** Deliveries forged with the rotated-out secret after the rotation (a leaked secret). */
+const FORGED = 3
 
 /** The issue's faults. 429 storms are switched on and off by the parent during the run. */
 const FAULTS: FaultConfig = {
@@ -135,7 +147,7 @@ class Host {
   }
 
   /** Runs a named step in the host app and returns its answer. */
-  call(name: 'sweep' | 'final' | 'exit'): Promise<any> {
+  call(name: HostCall): Promise<any> {
     const id = this.#nextId++
     return new Promise((resolve, reject) => {
       this.#replies.set(id, (result) =>
@@ -153,7 +165,7 @@ class Host {
   }
 }
 
-test.group(`Chaos | ${N} payouts, faults, two SIGKILLs (${TEST_DB})`, () => {
+test.group(`Chaos | ${N} payouts, faults, two SIGKILLs, a stall, a rotation (${TEST_DB})`, () => {
   test('no duplicate payout, the emulator state mirrored, no inbox row lost, every event once', async ({
     assert,
     cleanup,
@@ -189,19 +201,19 @@ test.group(`Chaos | ${N} payouts, faults, two SIGKILLs (${TEST_DB})`, () => {
     })
     cleanup(() => emu.close())
 
-    // The webhook subscription points at a port the host app binds on every restart.
+    // The webhook subscription points at a port the host app binds on every restart; the
+    // first host app makes it through the plugin, which stores its secret.
     const port = await freePort()
-    const setupClient = new PayoutsClient({
-      apiKey: emu.apiKey,
-      baseUrl: emu.baseUrl,
-      rateLimiter: false,
-      allowInsecureLoopbackWebhooks: true,
-    })
-    const subscription = await setupClient.webhooks.subscriptions.create({
-      url: `http://127.0.0.1:${port}/webhooks/payouts`,
-      events: ['payout.created', 'payout.status.updated'],
-    })
-    await setupClient.close()
+    const webhookUrl = `http://127.0.0.1:${port}/webhooks/payouts`
+    // Every secret the subscription had, in order: the service's side of the rotation.
+    const secrets: string[] = []
+    const rotateAtService = emu.webhooks.rotateSecret.bind(emu.webhooks)
+    emu.webhooks.rotateSecret = (subscription) => {
+      const secret = rotateAtService(subscription)
+      secrets.push(secret)
+      return secret
+    }
+    const staller = await databaseStaller(cleanup, sqliteFile)
     const recipientIds = ['MXN', 'MXN', 'USDC'].map(
       (currency) => emu.admin.seedRecipient({ currency }).id
     )
@@ -219,13 +231,14 @@ test.group(`Chaos | ${N} payouts, faults, two SIGKILLs (${TEST_DB})`, () => {
       prefix,
       apiKey: emu.apiKey,
       baseUrl: emu.baseUrl,
-      secret: subscription.secret!,
+      webhookUrl,
       planFile,
       logFile,
       concurrency: CONCURRENCY,
     }
     const env = {
       ...process.env,
+      ...staller.env,
       CHAOS_CONFIG: JSON.stringify(hostConfig),
       SVC_TEST_SQLITE: sqliteFile,
     }
@@ -257,14 +270,17 @@ test.group(`Chaos | ${N} payouts, faults, two SIGKILLs (${TEST_DB})`, () => {
       if (host?.child.exitCode === null && host.child.signalCode === null) await host.kill()
     })
 
-    emu.admin.setFaults(FAULTS, SEED)
     let storms = 0
-    const stormTimer = setInterval(() => {
-      const storm = random() < 0.2
-      if (storm) storms++
-      emu.admin.setFaults(storm ? STORM : FAULTS)
-    }, 1000)
+    let stormTimer: NodeJS.Timeout | undefined
     cleanup(async () => clearInterval(stormTimer))
+    const startFaults = () => {
+      emu.admin.setFaults(FAULTS, SEED)
+      stormTimer = setInterval(() => {
+        const storm = random() < 0.2
+        if (storm) storms++
+        emu.admin.setFaults(storm ? STORM : FAULTS)
+      }, 1000)
+    }
 
     const kills: Array<{ at: string; progress: number; bootMs: number; leasesMoved: number }> = []
     const killAndRestart = async (at: string) => {
@@ -291,13 +307,28 @@ test.group(`Chaos | ${N} payouts, faults, two SIGKILLs (${TEST_DB})`, () => {
     // Run: kill 1 at a seeded moment while payouts are being executed.
     const kill1At = Math.max(2, Math.floor(N * (0.15 + 0.2 * random())))
     const kill2At = Math.floor(N * (0.5 + 0.2 * random()))
+    // The faults start once the first host app has subscribed (one subscription, no orphan).
     await startHost()
+    const subscriptionId = host!.ready!.subscriptionId
+    secrets.push(emu.webhooks.subscriptions.get(subscriptionId)!.secret)
+    startFaults()
     await waitFor('execute progress for kill 1', () => host!.progress >= kill1At || host!.done, {
       timeoutMs: 120_000 + N * 500,
       everyMs: 5,
     })
     await sleep(Math.floor(random() * 40))
     await killAndRestart('during executes')
+
+    // The database stops answering for a few seconds while executes and deliveries flow.
+    const stallAt = Math.floor(N * STALL_AT)
+    await waitFor('execute progress for the stall', () => host!.progress >= stallAt || host!.done, {
+      timeoutMs: 120_000 + N * 1000,
+      everyMs: 5,
+    })
+    const stallProgress = host!.progress
+    note(`database stalled for ${STALL_MS} ms at ${stallProgress}/${N}`)
+    const stall = await staller.stall(STALL_MS)
+    note(`database back after ${stall.endedAt - stall.startedAt} ms at ${host!.progress}/${N}`)
 
     // Kill 2: while webhooks are processed, right after a change committed, before its event.
     await waitFor('execute progress for kill 2', () => host!.progress >= kill2At || host!.done, {
@@ -308,6 +339,48 @@ test.group(`Chaos | ${N} payouts, faults, two SIGKILLs (${TEST_DB})`, () => {
     host!.arm()
     const paused = await Promise.race([host!.paused, sleep(20_000).then(() => null)])
     await killAndRestart(paused ? 'between COMMIT and the app event' : 'during webhook processing')
+
+    // The secret is rotated through the plugin while the emulator keeps delivering; the
+    // service signs with the new one from then on (no overlap).
+    const rotateAt = Math.floor(N * ROTATE_AT)
+    await waitFor(
+      'execute progress for the rotation',
+      () => host!.progress >= rotateAt || host!.done,
+      {
+        timeoutMs: 120_000 + N * 1000,
+        everyMs: 5,
+      }
+    )
+    const rotationProgress = host!.progress
+    const rotation: { attempts: number } = await host!.call('rotate')
+    note(`secret rotated at ${rotationProgress}/${N}: ${JSON.stringify(rotation)}`)
+    // Someone holding the rotated-out secret forges completions, of unfinished payouts first.
+    const forged = new Map<string, { payload: string; status: number }>()
+    const targets = emu.admin
+      .payouts()
+      .sort((a, b) => Number(a.status === 'completed') - Number(b.status === 'completed'))
+    for (const payout of targets.slice(0, FORGED)) {
+      const deliveryId = `dlv_forged_${forged.size}`
+      const payload = JSON.stringify({
+        type: 'payout.status.updated',
+        createdAt: new Date().toISOString(),
+        data: { payoutId: payout.payoutId, status: 'completed', step: 'delivered' },
+      })
+      const response = await request(webhookUrl, {
+        method: 'POST',
+        body: payload,
+        headers: {
+          'content-type': 'application/json',
+          'svc-signature': signPayload(secrets[0], Math.floor(Date.now() / 1000), payload),
+          'svc-delivery-id': deliveryId,
+          'svc-event-type': 'payout.status.updated',
+        },
+        headersTimeout: 10_000,
+        bodyTimeout: 10_000,
+      })
+      await response.body.dump()
+      forged.set(deliveryId, { payload, status: response.statusCode })
+    }
 
     await waitFor('every planned payout to be attempted', () => host!.done, {
       timeoutMs: 120_000 + N * 1000,
@@ -555,6 +628,106 @@ test.group(`Chaos | ${N} payouts, faults, two SIGKILLs (${TEST_DB})`, () => {
       'no other event (stuck)'
     )
 
+    // The stall hit the host app's own connections: on PostgreSQL they all go through the
+    // proxy, and the ones it dropped were replaced by new ones once it healed.
+    const connections = stall.connections
+    if (connections) {
+      assert.isAbove(connections.before, 0, 'the host app reaches PostgreSQL through the proxy')
+      assert.isAbove(connections.after, 0, 'new connections after the stall')
+    }
+    const requests = log.filter(
+      (line): line is Extract<LogLine, { k: 'webhook' }> => line.k === 'webhook'
+    )
+    // A request the stall held is answered up to the ack bound after it.
+    const duringStall = (at: number) =>
+      at >= stall.startedAt && at <= stall.endedAt + ACK_TIMEOUT_MS
+    const answers = (from: number, to: number) =>
+      fmt(
+        countBy(
+          requests.filter((r) => r.endedAt >= from && r.endedAt <= to),
+          (r) => String(r.status)
+        )
+      ) || 'none'
+    const executeErrors = log.filter(
+      (line): line is Extract<LogLine, { k: 'execute-error' }> => line.k === 'execute-error'
+    )
+    const stallFigures = [
+      `${STALL_MS} ms at ${stallProgress}/${N}`,
+      TEST_DB === 'pg'
+        ? 'every flow to PostgreSQL dropped'
+        : 'SQLite write-locked by another process',
+      `webhook answers while it lasted ${answers(stall.startedAt, stall.endedAt)}, in the ${ACK_TIMEOUT_MS} ms after ${answers(stall.endedAt + 1, stall.endedAt + ACK_TIMEOUT_MS)} (503 in the run ${requests.filter((r) => r.status === 503).length})`,
+      `executes failed during it ${executeErrors.filter((e) => duringStall(e.at)).length} (in the run ${executeErrors.length})`,
+      connections
+        ? `proxy connections ${connections.before} before, ${connections.during} opened during it, ${connections.after} after`
+        : null,
+    ]
+
+    // The rotation: which secret signed each request the route answered.
+    const rotations = log.filter(
+      (line): line is Extract<LogLine, { k: 'rotation' }> => line.k === 'rotation'
+    )
+    const rotationStartedAt = rotations.find((r) => r.phase === 'start')!.at
+    const rotatedAt = rotations.find((r) => r.phase === 'done')!.at
+    // A failed attempt (an injected 5xx) may or may not have rotated at the service.
+    assert.isAtLeast(secrets.length, 2, 'rotated at the service')
+    assert.isAtMost(secrets.length, 1 + rotation.attempts, 'one new secret per attempt at most')
+    assert.deepEqual([...emu.webhooks.subscriptions.keys()], [subscriptionId], 'subscriptions')
+    const current = secrets.length - 1
+    const signedWith = (r: Extract<LogLine, { k: 'webhook' }>) => {
+      const payload = emu.webhooks.deliveries.get(r.deliveryId)?.payload
+      const raw = Buffer.from(payload ?? forged.get(r.deliveryId)?.payload ?? '', 'utf8')
+      const header = parseSignatureHeader(r.signature)
+      return secrets.findIndex((secret) =>
+        header?.v1.includes(computeV1(secret, header.timestamp, raw))
+      )
+    }
+    const signed = requests.map((r) => ({ ...r, secret: signedWith(r) }))
+    assert.deepEqual(
+      signed.filter((r) => r.secret === -1).map((r) => r.deliveryId),
+      [],
+      "every request was signed with one of the subscription's secrets"
+    )
+    // Started in a later millisecond than the rotation's end (the same one is ambiguous): the
+    // secrets it read were the rotated ones.
+    const afterRotation = signed.filter((r) => r.startedAt > rotatedAt)
+    const stale = afterRotation.filter((r) => r.secret < current)
+    assert.deepEqual(
+      countBy(stale, (r) => String(r.status)),
+      stale.length > 0 ? { 400: stale.length } : {},
+      'a rotated-out secret is refused at once'
+    )
+    assert.deepEqual(
+      [...forged.values()].map((f) => f.status),
+      Array(FORGED).fill(400),
+      'deliveries forged with the rotated-out secret'
+    )
+    assert.isAbove(
+      afterRotation.filter((r) => r.secret === current && r.status === 200).length,
+      0,
+      'deliveries verified with the new secret after the rotation'
+    )
+    assert.deepEqual(
+      afterRotation
+        .filter((r) => r.secret === current && r.status === 400)
+        .map((r) => r.deliveryId),
+      [],
+      'the new secret is accepted once stored'
+    )
+    const refused = signed.filter((r) => r.status === 400)
+    assert.deepEqual(
+      refused.filter((r) => r.endedAt < rotationStartedAt).map((r) => r.deliveryId),
+      [],
+      'no delivery refused before the rotation'
+    )
+    // Signed by the service with its new secret before the app had stored it, or signed with
+    // the old one and arrived after: both delivered again, with the new secret.
+    const refusedEarly = refused.filter((r) => r.startedAt <= rotatedAt && r.secret === current)
+    const staleNatural = stale.filter((r) => !forged.has(r.deliveryId))
+    for (const r of [...refusedEarly, ...staleNatural]) {
+      assert.equal(emu.webhooks.deliveries.get(r.deliveryId)?.status, 'succeeded', r.deliveryId)
+    }
+
     // ---- Figures ----
     const faults = emu.admin.faultStats()
     const retries = log.filter((line) => line.k === 'retry') as Array<
@@ -573,6 +746,8 @@ test.group(`Chaos | ${N} payouts, faults, two SIGKILLs (${TEST_DB})`, () => {
       `inbox              rows ${inbox.length}, duplicates suppressed ${log.filter((line) => line.k === 'duplicate').length}`,
       `reconciled         final pass checked ${final.reconcile.checked}, changed ${final.reconcile.changed}; poll rows applied ${applied.filter((r) => r.source === 'poll').length}`,
       `recovered          intents re-sent ${intents.filter((i) => i.attempts > 1).length}, stored by recovery ${applied.filter((r) => r.source === 'recovery').length}, escrow confirmed by the fallback ${escrowManual}`,
+      `database stall     ${stallFigures.filter(Boolean).join('; ')}`,
+      `secret rotation    at ${rotationProgress}/${N}, ${rotation.attempts} attempt(s) in ${rotatedAt - rotationStartedAt} ms; refused for a stale signature: ${staleNatural.length} from the service, ${forged.size} forged; signed with the new secret before it was stored, refused ${refusedEarly.length} (delivered again); verified with the new secret ${afterRotation.filter((r) => r.secret === current && r.status === 200).length}`,
       `kills/restarts     ${kills.length}/${kills.length}: ${kills.map((k) => `${k.at} at ${k.progress}/${N} (leases moved ${k.leasesMoved}, reboot ${k.bootMs} ms)`).join('; ')}`,
       `read ids           updates naming one ${faults.readIds}, log rows merged from a placeholder ${rows.filter((r) => r.mergedFrom).length}, merges ${rows.filter((r) => r.eventType === 'merge').length}`,
       `events             changes ${applied.length}, fired ${fired.length}, re-emitted by a successor ${reemitted.length}`,

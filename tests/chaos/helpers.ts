@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { existsSync, readFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import type { AddressInfo } from 'node:net'
@@ -10,6 +12,7 @@ import { createPayoutsTables, dropPayoutsTables } from '../../src/database/schem
 import { seededRandom } from '../../src/emulator/random.ts'
 import { configureModels } from '../../src/models/main.ts'
 import { connectionConfig } from '../helpers/database.ts'
+import { TcpProxy } from '../helpers/tcp_proxy.ts'
 
 export type ChaosFlow = 'fiat_to_fiat' | 'stablecoin_to_fiat' | 'onramp'
 
@@ -28,7 +31,8 @@ export interface HostConfig {
   prefix: string
   apiKey: string
   baseUrl: string
-  secret: string
+  /** The webhook subscription's URL (the host app subscribes through the plugin). */
+  webhookUrl: string
   planFile: string
   logFile: string
   /** Payouts executed at the same time. */
@@ -37,7 +41,13 @@ export interface HostConfig {
 
 /** Messages from the host app to the parent (over the IPC channel). */
 export type HostMessage =
-  | { type: 'ready'; pid: number; skipped: number; recovered: Record<string, number> }
+  | {
+      type: 'ready'
+      pid: number
+      skipped: number
+      recovered: Record<string, number>
+      subscriptionId: string
+    }
   | { type: 'progress'; attempted: number }
   | { type: 'deposit'; quoteId: string }
   | { type: 'paused'; eventId: string; pid: number }
@@ -48,7 +58,10 @@ export type HostMessage =
 export type ParentMessage =
   | { type: 'deposit-result'; quoteId: string; txHash: string; confirmedAt: string }
   | { type: 'arm' }
-  | { type: 'call'; id: number; name: 'sweep' | 'final' | 'exit' }
+  | { type: 'call'; id: number; name: HostCall }
+
+/** Steps the parent runs in the host app. */
+export type HostCall = 'sweep' | 'rotate' | 'final' | 'exit'
 
 /** A line of the host app's JSONL log, appended synchronously so a SIGKILL keeps it. */
 export type LogLine =
@@ -69,6 +82,18 @@ export type LogLine =
   | { k: 'retry'; pid: number; path: string; code: string | null }
   | { k: 'duplicate'; pid: number; deliveryId: string }
   | { k: 'other'; pid: number; name: string }
+  | {
+      k: 'webhook'
+      pid: number
+      deliveryId: string
+      signature: string | null
+      status: number
+      /** Date.now() when the route received it and when it answered. */
+      startedAt: number
+      endedAt: number
+    }
+  | { k: 'execute-error'; pid: number; ref: string; code: string | null; at: number }
+  | { k: 'rotation'; pid: number; phase: 'start' | 'failed' | 'done'; at: number; error?: string }
 
 /**
  * The run's payouts, the same for a given seed: a third per flow, about 5 % that fail at
@@ -191,4 +216,79 @@ export async function openDatabase(
     await db.manager.closeAll()
   })
   return { db, prefix }
+}
+
+/** What one database stall did, in the parent's clock. */
+export interface StallFigures {
+  startedAt: number
+  endedAt: number
+  /** PostgreSQL: connections the proxy accepted before the stall, during it, after it. */
+  connections?: { before: number; during: number; after: number }
+}
+
+/**
+ * The run's database stall, a real one on either database: PostgreSQL is reached through a
+ * TCP proxy of the parent that stops forwarding (flows dropped silently, sockets kept open)
+ * and then takes new connections again; SQLite's file is write-locked by another process
+ * (`BEGIN IMMEDIATE`, as a backup or a migration would) and then released. `env` points
+ * the host app at the proxy.
+ */
+export async function databaseStaller(
+  cleanup: (fn: () => Promise<void>) => void,
+  sqliteFile: string
+): Promise<{ env: Record<string, string>; stall: (ms: number) => Promise<StallFigures> }> {
+  const base = connectionConfig('chaos') as any
+  if (base.client === 'pg') {
+    const proxy = new TcpProxy({ host: base.connection.host, port: base.connection.port })
+    await proxy.start()
+    cleanup(() => proxy.close())
+    return {
+      env: { PG_PORT: String(proxy.port) },
+      async stall(ms) {
+        const before = proxy.accepted
+        const startedAt = Date.now()
+        proxy.stall()
+        await sleep(ms)
+        const during = proxy.accepted - before
+        await proxy.heal()
+        const endedAt = Date.now()
+        // Read once the run is over: the connections that replaced the dropped ones.
+        const healed = proxy.accepted
+        return {
+          startedAt,
+          endedAt,
+          get connections() {
+            return { before, during, after: proxy.accepted - healed }
+          },
+        }
+      },
+    }
+  }
+  return {
+    env: {},
+    async stall(ms) {
+      const holder = spawn(
+        process.execPath,
+        [
+          '-e',
+          `const db = new (require('better-sqlite3'))(process.argv[1]);
+           db.exec('BEGIN IMMEDIATE'); console.log('locked');
+           process.stdin.once('data', () => { db.exec('COMMIT'); db.close(); console.log('released'); process.exit(0) })`,
+          sqliteFile,
+        ],
+        { stdio: ['pipe', 'pipe', 'inherit'] }
+      )
+      cleanup(async () => void holder.kill('SIGKILL'))
+      const exited = once(holder, 'exit')
+      holder.stdout.setEncoding('utf8')
+      const [locked] = await once(holder.stdout, 'data')
+      if (!String(locked).includes('locked')) throw new Error(`lock holder said ${locked}`)
+      const startedAt = Date.now()
+      await sleep(ms)
+      holder.stdin.write('commit\n')
+      const [code] = await exited
+      if (code !== 0) throw new Error(`lock holder exited with ${code}`)
+      return { startedAt, endedAt: Date.now() }
+    },
+  }
 }

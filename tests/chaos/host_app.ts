@@ -4,8 +4,10 @@
  * provider) serving the signed webhook route on a fixed loopback port, with the inbox worker
  * and the jobs running. It executes every planned payout that has no execution intent yet
  * (after recovering the unknown ones a killed predecessor left), records the escrow deposits
- * the parent simulates, and appends every app event it handles to a JSONL log, synchronously,
- * so what it saw survives a SIGKILL.
+ * the parent simulates, and appends every app event it handles, and every webhook request it
+ * answers, to a JSONL log, synchronously, so what it saw survives a SIGKILL. Its webhook
+ * subscription is made through the plugin (which stores the secret); the parent has it
+ * rotated mid-run, and stalls the database under it.
  */
 import 'reflect-metadata'
 import { appendFileSync, readFileSync } from 'node:fs'
@@ -23,6 +25,8 @@ import { BASE_URL } from '../helpers/app.ts'
 import { connectionConfig } from '../helpers/database.ts'
 import {
   refOf,
+  sleep,
+  type HostCall,
   type HostConfig,
   type HostMessage,
   type LogLine,
@@ -40,6 +44,22 @@ const send = (message: HostMessage) => process.send!(message)
 // Never outlive the parent test process.
 process.on('disconnect', () => process.exit(1))
 
+// PostgreSQL (through the parent's proxy: PG_PORT) with the settings the README advises
+// against connections that stop answering: opening one is bounded, and a session left idle
+// in a transaction by a dropped flow is ended by the server, its locks with it.
+const base = connectionConfig('chaos') as any
+const connection =
+  base.client === 'pg'
+    ? {
+        ...base,
+        connection: {
+          ...base.connection,
+          options: '-c idle_in_transaction_session_timeout=2000',
+          connectionTimeoutMillis: 500,
+        },
+      }
+    : base
+
 const ignitor = new IgnitorFactory()
   .withCoreProviders()
   .withCoreConfig()
@@ -51,7 +71,7 @@ const ignitor = new IgnitorFactory()
       }),
       database: defineDbConfig({
         connection: 'primary',
-        connections: { primary: connectionConfig('chaos') as any },
+        connections: { primary: connection },
       }),
       payouts: {
         apiKey: config.apiKey,
@@ -60,8 +80,11 @@ const ignitor = new IgnitorFactory()
         timeoutMs: 1000,
         retry: { maxRetries: 5, baseDelayMs: 50, jitter: 0.2 },
         clientRateLimiter: false,
+        allowInsecureLoopbackWebhooks: true,
+        // No configured secret: the route accepts the stored subscription's current one.
         // The emulator's clock runs ahead of ours once the parent flushes its retries.
-        webhook: { secret: config.secret, toleranceSeconds: 3600, retryIntervalMs: 250 },
+        // Database waits are bounded well inside the run's stall (a few seconds).
+        webhook: { toleranceSeconds: 3600, retryIntervalMs: 250, ackTimeoutMs: 1500 },
         jobs: {
           enabled: true,
           // One reconciliation pass runs at the end; during the run, webhooks carry the state.
@@ -71,9 +94,10 @@ const ignitor = new IgnitorFactory()
           escrowConfirmAfterMinutes: 0.02,
           // An injected 500 on confirm-escrow is a refusal: tried again after this, not minutes.
           escrowRetryBackoffMs: 500,
+          runTimeoutMs: 5000,
         },
         reconcile: { staleAfterMs: 0, batchSize: 5000, budgetShare: 1 },
-        ledger: { tablePrefix: config.prefix },
+        ledger: { tablePrefix: config.prefix, transactionTimeoutMs: 2000 },
       },
     },
     rcFileContents: {
@@ -145,7 +169,21 @@ emitter.onAny(async (name, data: any) => {
 
 const router = await app.container.make('router')
 router.use([() => import('@adonisjs/core/bodyparser_middleware')])
-await payouts.registerRoutes(router)
+const route = await payouts.registerRoutes(router)
+// Every answer of the route, with the signature it was given: the parent tells which secret
+// signed it, and checks who was refused around the rotation.
+route.use(async (ctx, next) => {
+  const startedAt = Date.now()
+  await next()
+  log({
+    k: 'webhook',
+    deliveryId: ctx.request.header('svc-delivery-id') ?? '',
+    signature: ctx.request.header('svc-signature') ?? null,
+    status: ctx.response.getStatus(),
+    startedAt,
+    endedAt: Date.now(),
+  })
+})
 await app.start(async () => {})
 const server = await app.container.make('server')
 await server.boot()
@@ -178,7 +216,27 @@ async function countBy(query: Promise<Array<{ state: string }>>) {
   return counts
 }
 
-async function call(name: 'sweep' | 'final' | 'exit') {
+/**
+ * Rotates the subscription's secret through the plugin, as `payouts:webhooks:rotate-secret`
+ * does; a failed attempt (an injected 5xx, a stalled answer) is run again, as an operator would.
+ */
+async function rotate() {
+  for (let attempt = 1; ; attempt++) {
+    log({ k: 'rotation', phase: 'start', at: Date.now() })
+    try {
+      await payouts.webhooks.rotateSecret(subscriptionId)
+      log({ k: 'rotation', phase: 'done', at: Date.now() })
+      return { subscriptionId, attempts: attempt }
+    } catch (error) {
+      log({ k: 'rotation', phase: 'failed', at: Date.now(), error: String(error) })
+      if (attempt >= 10) throw error
+      await sleep(250)
+    }
+  }
+}
+
+async function call(name: HostCall) {
+  if (name === 'rotate') return rotate()
   if (name === 'sweep') {
     const recovered = await payouts.recover({ olderThanMs: 0 })
     const deposited = await depositsNotSent()
@@ -218,20 +276,28 @@ async function call(name: 'sweep' | 'final' | 'exit') {
   return { exiting: true }
 }
 
-process.on('message', (message: ParentMessage) => {
-  if (message.type === 'arm') armed = true
-  if (message.type === 'deposit-result') {
-    void payouts.escrow
-      .recordDeposit({
+/** Records a deposit the parent made, again after a failure (the database may be stalled). */
+async function recordDeposit(message: Extract<ParentMessage, { type: 'deposit-result' }>) {
+  for (;;) {
+    try {
+      await payouts.escrow.recordDeposit({
         quoteId: message.quoteId,
         txHash: message.txHash,
         confirmedAt: message.confirmedAt,
       })
-      .then(() => {
-        for (const resolve of depositWaiters.get(message.quoteId) ?? []) resolve()
-        depositWaiters.delete(message.quoteId)
-      })
+      break
+    } catch (error) {
+      console.error(`recordDeposit ${message.quoteId} failed, again in 250 ms: ${error}`)
+      await sleep(250)
+    }
   }
+  for (const resolve of depositWaiters.get(message.quoteId) ?? []) resolve()
+  depositWaiters.delete(message.quoteId)
+}
+
+process.on('message', (message: ParentMessage) => {
+  if (message.type === 'arm') armed = true
+  if (message.type === 'deposit-result') void recordDeposit(message)
   if (message.type === 'call') {
     call(message.name).then(
       (result) => send({ type: 'reply', id: message.id, result }),
@@ -240,6 +306,13 @@ process.on('message', (message: ParentMessage) => {
   }
 })
 
+// The first host app subscribes (before the parent turns the faults on); its successors find
+// the stored subscription.
+const { secrets } = await payouts.parts()
+const subscriptionId =
+  (await secrets!.list())[0]?.subscriptionId ??
+  (await payouts.webhooks.create({ url: config.webhookUrl })).id
+
 // A predecessor killed mid-execute left intents pending: re-send them with their keys first.
 const recovered = await payouts.recover({ olderThanMs: 0 })
 const known = new Set(
@@ -247,7 +320,13 @@ const known = new Set(
 )
 const todo = plan.filter((payout) => !known.has(payout.ref))
 await depositsNotSent()
-send({ type: 'ready', pid: process.pid, skipped: known.size, recovered: { ...recovered } })
+send({
+  type: 'ready',
+  pid: process.pid,
+  skipped: known.size,
+  recovered: { ...recovered },
+  subscriptionId,
+})
 
 let attempted = known.size
 let errors = 0
@@ -260,9 +339,15 @@ async function worker() {
       const { result } = await payouts.execute(payout.body as any, { ownerId: payout.ownerId })
       send({ type: 'progress', attempted })
       if (result.flow === 'stablecoin_to_fiat') await deposit(result.quoteId)
-    } catch {
+    } catch (error) {
       // The intent is unknown: recovery (the job, or the parent's sweep) re-sends it.
       errors++
+      log({
+        k: 'execute-error',
+        ref: payout.ref,
+        code: (error as any)?.code ?? null,
+        at: Date.now(),
+      })
       send({ type: 'progress', attempted })
     }
   }

@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { test } from '@japa/runner'
 import { DateTime } from 'luxon'
 import { PayoutsClient } from '../../src/client/main.ts'
@@ -6,12 +8,16 @@ import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
 import { PayoutLedger, toChangedEvent, type PayoutChange } from '../../src/ledger/payout_ledger.ts'
 import { EscrowDeposit, ExecutionIntent, PayoutEvent } from '../../src/models/main.ts'
 import { startEmulator } from '../emulator/helpers.ts'
-import { setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { TcpProxy } from '../helpers/tcp_proxy.ts'
 import { waitFor } from './helpers.ts'
 
 /** Regressions the chaos suite found: each one is a crash or an overlap at the wrong moment. */
-async function setup(cleanup: (fn: () => Promise<void>) => void) {
-  const { db } = await setupDatabase(cleanup, 'regressions')
+async function setup(
+  cleanup: (fn: () => Promise<void>) => void,
+  database?: Awaited<ReturnType<typeof setupDatabase>>
+) {
+  const { db } = database ?? (await setupDatabase(cleanup, 'regressions'))
   const emu = await startEmulator(cleanup, { rateLimits: false })
   const client = new PayoutsClient({ apiKey: emu.apiKey, baseUrl: emu.baseUrl, rateLimiter: false })
   cleanup(() => client.close())
@@ -298,4 +304,114 @@ test.group(`Chaos regressions | escrow fallback (${TEST_DB})`, () => {
     assert.lengthOf(confirmed, 3)
     assert.sameMembers(confirmed, quotes)
   })
+})
+
+/**
+ * The suite's database with a way to lose it for a moment, as the chaos suite's stall did:
+ * PostgreSQL behind a TCP proxy that resets every connection and refuses new ones until
+ * `back()`; SQLite write-locked by another process until `back()` (a write fails once the
+ * driver's 5 s busy timeout has passed).
+ */
+async function losableDatabase(cleanup: (fn: () => Promise<void>) => void) {
+  const base = connectionConfig('regressions') as any
+  if (TEST_DB === 'pg') {
+    const proxy = new TcpProxy({ host: base.connection.host, port: base.connection.port })
+    await proxy.start()
+    cleanup(() => proxy.close())
+    const connection = {
+      ...base,
+      connection: { ...base.connection, port: proxy.port, connectionTimeoutMillis: 500 },
+    }
+    const database = await setupDatabase(cleanup, 'regressions', { connection })
+    return { ...database, lose: () => proxy.refuse(), back: () => proxy.heal() }
+  }
+  const database = await setupDatabase(cleanup, 'regressions')
+  let holder: ReturnType<typeof spawn> | undefined
+  cleanup(async () => void holder?.kill('SIGKILL'))
+  return {
+    ...database,
+    async lose() {
+      holder = spawn(
+        process.execPath,
+        [
+          '-e',
+          `const db = new (require('better-sqlite3'))(process.argv[1]);
+           db.exec('BEGIN IMMEDIATE'); console.log('locked');
+           process.stdin.once('data', () => { db.exec('COMMIT'); db.close(); process.exit(0) })`,
+          base.connection.filename,
+        ],
+        { stdio: ['pipe', 'pipe', 'inherit'] }
+      )
+      holder.stdout!.setEncoding('utf8')
+      const [said] = await once(holder.stdout!, 'data')
+      if (!String(said).includes('locked')) throw new Error(`lock holder said ${said}`)
+    },
+    async back() {
+      const exited = once(holder!, 'exit')
+      holder!.stdin!.write('commit\n')
+      await exited
+    },
+  }
+}
+
+test.group(`Chaos regressions | the database lost right after an event fired (${TEST_DB})`, () => {
+  test('a change whose notified mark was lost is marked later, not fired again by its process', async ({
+    assert,
+    cleanup,
+  }) => {
+    const database = await losableDatabase(cleanup)
+    const payoutId = '0f4c3f6e-1111-4a4a-8b8b-000000000009'
+    const fired: number[] = []
+    const ledger = new PayoutLedger(database.db, {
+      onChange: async (change) => {
+        fired.push(change.eventId)
+        // The listeners ran; the database goes away before the change is marked notified.
+        if (fired.length === 1) await database.lose()
+      },
+    })
+    await ledger.apply({ payoutId, status: 'pending', step: 'initiated', source: 'execute' })
+    await database.back()
+    assert.lengthOf(await PayoutEvent.query().whereNull('notified_at'), 1, 'the mark was lost')
+
+    assert.equal(await ledger.renotify({ olderThanMs: 0 }), 0, 'nothing left to fire')
+    assert.lengthOf(fired, 1, 'fired once')
+    assert.lengthOf(await PayoutEvent.query().whereNull('notified_at'), 0, 'marked')
+  }).timeout(30_000)
+
+  test('a confirmation whose mark was lost is marked later, not announced again by its process', async ({
+    assert,
+    cleanup,
+  }) => {
+    const database = await losableDatabase(cleanup)
+    const { db, emu, client, stable } = await setup(cleanup, database)
+    const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
+    const { result } = await executor.execute(stable)
+    const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
+    const confirmed: string[] = []
+    const escrow = new EscrowFallback({
+      db,
+      client,
+      // An interrupted attempt is resumed at once.
+      confirmAfterMinutes: 0,
+      onConfirmed: async (event) => {
+        confirmed.push(event.quoteId)
+        // Announced; the database goes away before the deposit is marked confirmed.
+        if (confirmed.length === 1) await database.lose()
+      },
+    })
+    await escrow.recordDeposit({ quoteId: result.quoteId, txHash })
+    const error = await escrow.run().then(
+      () => null,
+      (caught) => caught
+    )
+    assert.instanceOf(error, Error, 'the run failed to mark the deposit')
+    await database.back()
+    const deposit = await EscrowDeposit.findByOrFail('quoteId', result.quoteId)
+    assert.equal(deposit.state, 'confirm_requested')
+
+    // Resumed: the service has the deposit now.
+    assert.deepInclude(await escrow.run(), { checked: 1, detected: 1 })
+    assert.deepEqual(confirmed, [result.quoteId], 'announced once')
+    assert.equal((await deposit.refresh()).state, 'confirmed')
+  }).timeout(30_000)
 })

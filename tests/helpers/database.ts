@@ -53,14 +53,22 @@ export function connectionConfig(name = 'test') {
 export async function setupDatabase(
   cleanup: (fn: () => Promise<void>) => void,
   name = 'test',
-  options: { prefix?: string; createTables?: boolean } = {}
+  options: {
+    prefix?: string
+    createTables?: boolean
+    /** Lucid connection settings, when not the suite's database as is (a proxy in front). */
+    connection?: Record<string, unknown>
+  } = {}
 ) {
   const app = new AppFactory().create(new URL('../tmp/', import.meta.url))
   await app.init()
   const emitter = new Emitter(app)
   const logger = new Logger({ enabled: false })
   const db = new Database(
-    { connection: 'primary', connections: { primary: connectionConfig(name) } },
+    {
+      connection: 'primary',
+      connections: { primary: (options.connection ?? connectionConfig(name)) as any },
+    },
     logger,
     emitter
   )
