@@ -102,9 +102,8 @@ export async function configure(command: Configure) {
   })
   // The codemods only warn when they cannot edit a file (no @adonisjs/assembler, a shape
   // they do not know): without the provider nothing works, so that is no success.
-  if (
-    !(await readAppFile(command, 'adonisrc.ts')).includes('@svc/adonis-payouts/payouts_provider')
-  ) {
+  const updatedRc = await readAppFile(command, 'adonisrc.ts')
+  if (!updatedRc.includes('@svc/adonis-payouts/payouts_provider')) {
     command.logger.error(
       'adonisrc.ts was not updated: install @adonisjs/assembler as a dev dependency (or register ' +
         "'@svc/adonis-payouts/payouts_provider', '@svc/adonis-payouts/commands' and " +
