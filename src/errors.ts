@@ -29,6 +29,17 @@ export const E_WEBHOOK_SECRET_NOT_STORED = createError<[string]>(
   404
 )
 
+/**
+ * A rotation that may have happened at the service (no answer, a 5xx) or whose new secret
+ * could not be stored here. The service signs with a secret this app may not hold, so
+ * deliveries can be refused until the subscription is rotated again.
+ */
+export const E_WEBHOOK_ROTATION_UNCONFIRMED = createError<[string]>(
+  'The rotation of webhook subscription "%s" may have happened at the service without its new secret being stored here: deliveries may be refused until you rotate it again (payouts:webhooks:rotate-secret)',
+  'E_WEBHOOK_ROTATION_UNCONFIRMED',
+  502
+)
+
 /** `payouts.webhooks.delete()` on an id that neither the service nor this app knows. */
 export const E_WEBHOOK_SUBSCRIPTION_NOT_FOUND = createError<[string]>(
   'Webhook subscription "%s" was not found at the service nor in this app; nothing was deleted',

@@ -8,6 +8,7 @@ import type { ExecuteInput } from '../client/payouts_client.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import {
   E_PAYOUTS_FEATURE_DISABLED,
+  E_WEBHOOK_ROTATION_UNCONFIRMED,
   E_WEBHOOK_SECRET_NOT_STORED,
   E_WEBHOOK_SUBSCRIPTION_NOT_FOUND,
 } from '../errors.ts'
@@ -429,8 +430,19 @@ export class PayoutsService {
       if (!(await store.has(subscriptionId))) {
         throw new E_WEBHOOK_SECRET_NOT_STORED([subscriptionId])
       }
-      const rotated = await this.client.webhooks.subscriptions.rotateSecret(subscriptionId)
-      await store.rotate(subscriptionId, rotated.secret)
+      let rotated: Awaited<ReturnType<PayoutsClient['webhooks']['subscriptions']['rotateSecret']>>
+      try {
+        rotated = await this.client.webhooks.subscriptions.rotateSecret(subscriptionId)
+      } catch (error) {
+        // A refusal changed nothing; a lost answer may have rotated the secret there.
+        if (!(error instanceof PayoutsApiError && error.outcomeUnknown)) throw error
+        throw new E_WEBHOOK_ROTATION_UNCONFIRMED([subscriptionId], { cause: error })
+      }
+      try {
+        await store.rotate(subscriptionId, rotated.secret)
+      } catch (error) {
+        throw new E_WEBHOOK_ROTATION_UNCONFIRMED([subscriptionId], { cause: error })
+      }
       return { id: rotated.id }
     },
     /**

@@ -164,6 +164,25 @@ test.group(`Webhooks | secret lifecycle (${TEST_DB})`, () => {
     assert.include(unknown.message, 'sub_unknown')
   })
 
+  test('a rotation whose answer is lost says the service may sign with a secret this app lacks', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { app, emu, id } = await setup(cleanup)
+    emu.admin.setFaults({ errorRate: 1, pathPrefixes: ['/webhooks/subscriptions'] })
+    const error = await app.payouts.webhooks.rotateSecret(id).catch((e) => e)
+    emu.admin.setFaults({})
+    assert.equal(error.code, 'E_WEBHOOK_ROTATION_UNCONFIRMED')
+    assert.include(error.message, 'rotate it again')
+    assert.isAtLeast(error.cause.status, 500)
+    // Rotating again brings the app and the service back to one secret.
+    await app.payouts.webhooks.rotateSecret(id)
+    assert.deepEqual(await app.payouts.webhookSecrets(), [
+      'whsec_current_secret',
+      emu.webhooks.subscriptions.get(id)!.secret,
+    ])
+  })
+
   test('rotating a subscription whose secret is not stored here fails before the service is asked', async ({
     assert,
     cleanup,
