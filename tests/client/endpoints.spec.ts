@@ -13,6 +13,7 @@ import {
   PAYOUT,
   QUOTE,
   RECIPIENT,
+  scriptedClient,
   testClient,
 } from './fixtures.ts'
 
@@ -316,12 +317,7 @@ test.group('Client | endpoints', () => {
   test('{name}')
     .with(cases)
     .run(async ({ assert, cleanup }, row) => {
-      const server = await startScriptedServer([row.reply])
-      const { client } = testClient(server.baseUrl)
-      cleanup(async () => {
-        await client.close()
-        await server.close()
-      })
+      const { client, server } = await scriptedClient(cleanup, [row.reply])
       const result = await row.call(client)
       assert.lengthOf(server.requests, 1)
       const [req] = server.requests
@@ -357,25 +353,15 @@ test.group('Client | endpoints', () => {
   })
 
   test('a caller-supplied Idempotency-Key is sent as is', async ({ assert, cleanup }) => {
-    const server = await startScriptedServer([
+    const { client, server } = await scriptedClient(cleanup, [
       { status: 200, body: { success: true, data: executeData.fiat_to_fiat } },
     ])
-    const { client } = testClient(server.baseUrl)
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
     await client.execute(executeBodies.fiat_to_fiat, { idempotencyKey: 'order-42-attempt' })
     assert.equal(server.requests[0].headers['idempotency-key'], 'order-42-attempt')
   })
 
   test('rateLimit exposes the last X-RateLimit headers', async ({ assert, cleanup }) => {
-    const server = await startScriptedServer([{ status: 200, body: coverage }])
-    const { client } = testClient(server.baseUrl)
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
+    const { client } = await scriptedClient(cleanup, [{ status: 200, body: coverage }])
     assert.isNull(client.rateLimit)
     await client.getCoverage()
     assert.deepEqual(client.rateLimit, { limit: 60, remaining: 59, reset: 1700000000 })

@@ -13,8 +13,8 @@ import {
   ServerError,
   UnauthorizedError,
 } from '../../src/client/main.ts'
-import { startScriptedServer, type Reply } from '../helpers/scripted_server.ts'
-import { executeBodies, executeData, QUOTE, testClient } from './fixtures.ts'
+import { type Reply } from '../helpers/scripted_server.ts'
+import { executeBodies, executeData, QUOTE, scriptedClient } from './fixtures.ts'
 
 const confirmBody = { quoteId: QUOTE, txHash: '0x' + 'a'.repeat(64) }
 const HTML_PAGE =
@@ -45,12 +45,7 @@ test.group('Client | confirm-escrow 500 whatever its body', () => {
   test('{name}: one request, EscrowConfirmationFailedError')
     .with(escrowBodies)
     .run(async ({ assert, cleanup }, row) => {
-      const server = await startScriptedServer(() => row.reply)
-      const { client, sleeps } = testClient(server.baseUrl)
-      cleanup(async () => {
-        await client.close()
-        await server.close()
-      })
+      const { client, server, sleeps } = await scriptedClient(cleanup, () => row.reply)
       for (const options of [{ idempotencyKey: 'escrow-confirm-1' }, undefined]) {
         const before = server.requests.length
         const error = await client.confirmEscrowDeposit(confirmBody, options).catch((e) => e)
@@ -67,15 +62,10 @@ test.group('Client | confirm-escrow 500 whatever its body', () => {
     assert,
     cleanup,
   }) => {
-    const server = await startScriptedServer([
+    const { client, server } = await scriptedClient(cleanup, [
       { status: 500, body: { success: false, error: 'escrow deposit confirmation failed' } },
       { status: 200, body: { success: true, data: executeData.fiat_to_fiat } },
     ])
-    const { client } = testClient(server.baseUrl)
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
     await client.execute(executeBodies.fiat_to_fiat)
     assert.lengthOf(server.requests, 2)
   })
@@ -97,15 +87,10 @@ test.group('Client | confirm-escrow transient failures', () => {
     .with(transientOnConfirm)
     .run(async ({ assert, cleanup }, row) => {
       for (const options of [{ idempotencyKey: 'escrow-confirm-1' }, undefined]) {
-        const server = await startScriptedServer([
+        const { client, server, sleeps } = await scriptedClient(cleanup, [
           row.first,
           { status: 200, body: { success: true } },
         ])
-        const { client, sleeps } = testClient(server.baseUrl)
-        cleanup(async () => {
-          await client.close()
-          await server.close()
-        })
         const result = await client.confirmEscrowDeposit(confirmBody, options)
         assert.deepEqual(result, { success: true })
         assert.lengthOf(server.requests, 2)
@@ -159,45 +144,28 @@ function rewordedBodies(
   return replies
 }
 
-/** What status and code decide: the typed error, and how many requests one call makes. */
-const decisions: Array<{
-  label: string
-  status: number
-  code?: string
-  type: typeof PayoutsApiError
+const decision = (
+  status: number,
+  code: string | undefined,
+  type: typeof PayoutsApiError,
   attempts: number
-}> = [
-  { label: '400 without a code', status: 400, type: InvalidParameterError, attempts: 1 },
-  {
-    label: '400 INVALID_JSON',
-    status: 400,
-    code: 'INVALID_JSON',
-    type: InvalidJsonError,
-    attempts: 1,
-  },
-  { label: '401 without a code', status: 401, type: UnauthorizedError, attempts: 1 },
-  { label: '403 without a code', status: 403, type: ForbiddenError, attempts: 1 },
-  { label: '403 FORBIDDEN', status: 403, code: 'FORBIDDEN', type: ForbiddenError, attempts: 1 },
-  { label: '404 without a code', status: 404, type: NotFoundError, attempts: 1 },
-  { label: '409 without a code', status: 409, type: PayoutsApiError, attempts: 1 },
-  {
-    label: '409 IDEMPOTENCY_KEY_REUSED',
-    status: 409,
-    code: 'IDEMPOTENCY_KEY_REUSED',
-    type: IdempotencyKeyReusedError,
-    attempts: 1,
-  },
-  {
-    label: '409 IDEMPOTENCY_REQUEST_IN_FLIGHT',
-    status: 409,
-    code: 'IDEMPOTENCY_REQUEST_IN_FLIGHT',
-    type: IdempotencyRequestInFlightError,
-    attempts: 6,
-  },
-  { label: '422 without a code', status: 422, type: BusinessRuleError, attempts: 1 },
-  { label: '429 without a code', status: 429, type: RateLimitedError, attempts: 6 },
-  { label: '500 without a code', status: 500, type: ServerError, attempts: 6 },
-  { label: '503 without a code', status: 503, type: ServerError, attempts: 6 },
+) => ({ label: `${status} ${code ?? 'without a code'}`, status, code, type, attempts })
+
+/** What status and code decide: the typed error, and how many requests one call makes. */
+const decisions = [
+  decision(400, undefined, InvalidParameterError, 1),
+  decision(400, 'INVALID_JSON', InvalidJsonError, 1),
+  decision(401, undefined, UnauthorizedError, 1),
+  decision(403, undefined, ForbiddenError, 1),
+  decision(403, 'FORBIDDEN', ForbiddenError, 1),
+  decision(404, undefined, NotFoundError, 1),
+  decision(409, undefined, PayoutsApiError, 1),
+  decision(409, 'IDEMPOTENCY_KEY_REUSED', IdempotencyKeyReusedError, 1),
+  decision(409, 'IDEMPOTENCY_REQUEST_IN_FLIGHT', IdempotencyRequestInFlightError, 6),
+  decision(422, undefined, BusinessRuleError, 1),
+  decision(429, undefined, RateLimitedError, 6),
+  decision(500, undefined, ServerError, 6),
+  decision(503, undefined, ServerError, 6),
 ]
 
 test.group('Client | decisions follow status and code, never wording', () => {
@@ -206,12 +174,7 @@ test.group('Client | decisions follow status and code, never wording', () => {
     .run(async ({ assert, cleanup }, row) => {
       const random = prng(row.status * 31 + (row.code?.length ?? 0))
       let current: Reply = { status: 200, body: {} }
-      const server = await startScriptedServer(() => current)
-      const { client } = testClient(server.baseUrl)
-      cleanup(async () => {
-        await client.close()
-        await server.close()
-      })
+      const { client, server } = await scriptedClient(cleanup, () => current)
       for (const body of rewordedBodies(random, row.code, 10)) {
         const waits = row.status === 409 || row.status === 429
         current = {
@@ -230,14 +193,9 @@ test.group('Client | decisions follow status and code, never wording', () => {
     })
 
   test('a wrong-environment 403 is a ForbiddenError too', async ({ assert, cleanup }) => {
-    const server = await startScriptedServer([
+    const { client, server } = await scriptedClient(cleanup, [
       { status: 403, body: { error: 'environment_scope mismatch' } },
     ])
-    const { client } = testClient(server.baseUrl)
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
     const error = await client.getPayout('po_1').catch((e) => e)
     assert.instanceOf(error, ForbiddenError)
     assert.equal(error.code, 'ENVIRONMENT_SCOPE_MISMATCH')

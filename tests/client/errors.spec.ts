@@ -19,8 +19,7 @@ import {
   UnauthorizedError,
   WrongEnvironmentError,
 } from '../../src/client/main.ts'
-import { startScriptedServer } from '../helpers/scripted_server.ts'
-import { executeBodies, KEY, QUOTE, testClient } from './fixtures.ts'
+import { executeBodies, KEY, QUOTE, scriptedClient } from './fixtures.ts'
 
 const errorCases = [
   {
@@ -93,12 +92,9 @@ test.group('Client | errors', () => {
   test('{status} {code} maps to its typed error')
     .with(errorCases)
     .run(async ({ assert, cleanup }, row) => {
-      const server = await startScriptedServer([{ status: row.status, body: row.body }])
-      const { client } = testClient(server.baseUrl)
-      cleanup(async () => {
-        await client.close()
-        await server.close()
-      })
+      const { client, server } = await scriptedClient(cleanup, [
+        { status: row.status, body: row.body },
+      ])
       const error = await client.execute(executeBodies.fiat_to_fiat).catch((e) => e)
       assert.instanceOf(error, row.type)
       assert.instanceOf(error, PayoutsApiError)
@@ -110,14 +106,11 @@ test.group('Client | errors', () => {
     })
 
   test('429 with only { error } is RATE_LIMITED with retryAfter', async ({ assert, cleanup }) => {
-    const server = await startScriptedServer([
-      { status: 429, body: { error: 'rate limit exceeded' }, headers: { 'retry-after': '7' } },
-    ])
-    const { client } = testClient(server.baseUrl, { retry: { maxRetries: 0 } })
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
+    const { client } = await scriptedClient(
+      cleanup,
+      [{ status: 429, body: { error: 'rate limit exceeded' }, headers: { 'retry-after': '7' } }],
+      { retry: { maxRetries: 0 } }
+    )
     const error = await client.getPayout('po_1').catch((e) => e)
     assert.instanceOf(error, RateLimitedError)
     assert.equal(error.code, 'RATE_LIMITED')
@@ -125,18 +118,17 @@ test.group('Client | errors', () => {
   })
 
   test('409 IDEMPOTENCY_REQUEST_IN_FLIGHT after the last retry', async ({ assert, cleanup }) => {
-    const server = await startScriptedServer([
-      {
-        status: 409,
-        body: { code: 'IDEMPOTENCY_REQUEST_IN_FLIGHT', error: 'in flight' },
-        headers: { 'retry-after': '1' },
-      },
-    ])
-    const { client } = testClient(server.baseUrl, { retry: { maxRetries: 1 } })
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
+    const { client, server } = await scriptedClient(
+      cleanup,
+      [
+        {
+          status: 409,
+          body: { code: 'IDEMPOTENCY_REQUEST_IN_FLIGHT', error: 'in flight' },
+          headers: { 'retry-after': '1' },
+        },
+      ],
+      { retry: { maxRetries: 1 } }
+    )
     const error = await client.execute(executeBodies.fiat_to_fiat).catch((e) => e)
     assert.instanceOf(error, IdempotencyRequestInFlightError)
     assert.lengthOf(server.requests, 2)
@@ -146,14 +138,9 @@ test.group('Client | errors', () => {
     assert,
     cleanup,
   }) => {
-    const server = await startScriptedServer([
+    const { client, server } = await scriptedClient(cleanup, [
       { status: 500, body: { success: false, error: 'escrow deposit confirmation failed' } },
     ])
-    const { client } = testClient(server.baseUrl)
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
     const error = await client
       .confirmEscrowDeposit(
         { quoteId: QUOTE, txHash: '0x' + 'a'.repeat(64) },
@@ -169,12 +156,11 @@ test.group('Client | errors', () => {
     assert,
     cleanup,
   }) => {
-    const server = await startScriptedServer([{ status: 503, body: { error: 'down' } }])
-    const { client } = testClient(server.baseUrl, { retry: { maxRetries: 2 } })
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
+    const { client, server } = await scriptedClient(
+      cleanup,
+      [{ status: 503, body: { error: 'down' } }],
+      { retry: { maxRetries: 2 } }
+    )
     const error = await client.execute(executeBodies.fiat_to_fiat).catch((e) => e)
     assert.instanceOf(error, ServerError)
     assert.isTrue(error.outcomeUnknown)
@@ -193,12 +179,7 @@ test.group('Client | errors', () => {
       ].map((row, i) => ({ ...row, i }))
     )
     .run(async ({ assert, cleanup }, row) => {
-      const server = await startScriptedServer([{ status: 200, raw: row.raw }])
-      const { client } = testClient(server.baseUrl)
-      cleanup(async () => {
-        await client.close()
-        await server.close()
-      })
+      const { client } = await scriptedClient(cleanup, [{ status: 200, raw: row.raw }])
       const error = await client.execute(executeBodies.fiat_to_fiat).catch((e) => e)
       assert.instanceOf(error, PayoutsApiError)
       assert.equal(error.code, 'INVALID_RESPONSE')
@@ -247,12 +228,7 @@ test.group('Client | validation before sending', () => {
   test('{name}')
     .with(invalid)
     .run(async ({ assert, cleanup }, row) => {
-      const server = await startScriptedServer([{ status: 200, body: {} }])
-      const { client } = testClient(server.baseUrl)
-      cleanup(async () => {
-        await client.close()
-        await server.close()
-      })
+      const { client, server } = await scriptedClient(cleanup, [{ status: 200, body: {} }])
       const error = await client.execute(row.input as any).catch((e) => e)
       assert.instanceOf(error, PayoutsValidationError)
       assert.equal(error.field, row.field)
@@ -263,12 +239,7 @@ test.group('Client | validation before sending', () => {
     assert,
     cleanup,
   }) => {
-    const server = await startScriptedServer([{ status: 200, body: {} }])
-    const { client } = testClient(server.baseUrl)
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
+    const { client, server } = await scriptedClient(cleanup, [{ status: 200, body: {} }])
     const attempts: Array<[Promise<unknown>, string]> = [
       [client.execute(executeBodies.fiat_to_fiat, { idempotencyKey: 'short' }), ''],
       [client.execute(executeBodies.fiat_to_fiat, { idempotencyKey: 'has spaces in it' }), ''],
@@ -328,15 +299,14 @@ test.group('Client | API key', () => {
       debug: (obj: object, msg?: string) => logged.push(JSON.stringify(obj) + String(msg)),
       warn: (obj: object, msg?: string) => logged.push(JSON.stringify(obj) + String(msg)),
     }
-    const server = await startScriptedServer([
-      { status: 503, body: { error: 'down' } },
-      { status: 401, body: { code: 'UNAUTHORIZED', error: 'invalid key' } },
-    ])
-    const { client } = testClient(server.baseUrl, { logger })
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
+    const { client, server } = await scriptedClient(
+      cleanup,
+      [
+        { status: 503, body: { error: 'down' } },
+        { status: 401, body: { code: 'UNAUTHORIZED', error: 'invalid key' } },
+      ],
+      { logger }
+    )
     const error = await client.execute(executeBodies.fiat_to_fiat).catch((e) => e)
     assert.instanceOf(error, UnauthorizedError)
     assert.equal(server.requests[0].headers.authorization, `Bearer ${KEY}`)

@@ -1,4 +1,5 @@
 import { PayoutsClient, type PayoutsClientOptions } from '../../src/client/main.ts'
+import { startScriptedServer } from '../helpers/scripted_server.ts'
 
 export const KEY = `sk_test_${'k'.repeat(40)}AbC`
 export const RECIPIENT = '5b2a1f7e-2f7c-4d1e-9a4b-1f2e3d4c5b6a'
@@ -21,6 +22,24 @@ export function testClient(baseUrl: string, options: Partial<PayoutsClientOption
     ...options,
   })
   return { client, sleeps }
+}
+
+/**
+ * A scripted server on 127.0.0.1 and a test client pointed at it; both are closed when the
+ * test ends.
+ */
+export async function scriptedClient(
+  cleanup: (fn: () => Promise<void>) => void,
+  replies: Parameters<typeof startScriptedServer>[0],
+  options: Partial<PayoutsClientOptions> = {}
+) {
+  const server = await startScriptedServer(replies)
+  const { client, sleeps } = testClient(server.baseUrl, options)
+  cleanup(async () => {
+    await client.close()
+    await server.close()
+  })
+  return { client, server, sleeps }
 }
 
 export const fees = { serviceFee: 1.5, serviceFeeBps: 50, partnerFee: 0, gasFee: 0 }

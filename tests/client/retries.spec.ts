@@ -2,7 +2,7 @@ import { test } from '@japa/runner'
 import { PayoutsTimeoutError, RateLimiter } from '../../src/client/main.ts'
 import { COARSE_TIMER_MIN_MS } from '../../src/client/transport.ts'
 import { startScriptedServer, type Reply } from '../helpers/scripted_server.ts'
-import { executeBodies, executeData, testClient } from './fixtures.ts'
+import { executeBodies, executeData, scriptedClient, testClient } from './fixtures.ts'
 
 const ok: Reply = { status: 200, body: { success: true, data: executeData.fiat_to_fiat } }
 const httpDate = (secondsFromNow: number) =>
@@ -126,22 +126,21 @@ test.group('Client | retry classification', () => {
     .with(classification)
     .run(async ({ assert, cleanup }, row) => {
       // The HTTP date is made when the request arrives, not when the table was built.
-      const server = await startScriptedServer(() => {
-        const index = Math.min(server.requests.length - 1, row.replies.length - 1)
-        const reply = row.replies[index]
-        if (typeof reply === 'object' && reply.headers?.['retry-after'] === 'HTTP_DATE_30') {
-          return { ...reply, headers: { 'retry-after': httpDate(30) } }
+      const { client, server, sleeps } = await scriptedClient(
+        cleanup,
+        () => {
+          const index = Math.min(server.requests.length - 1, row.replies.length - 1)
+          const reply = row.replies[index]
+          if (typeof reply === 'object' && reply.headers?.['retry-after'] === 'HTTP_DATE_30') {
+            return { ...reply, headers: { 'retry-after': httpDate(30) } }
+          }
+          return reply
+        },
+        {
+          retry: { baseDelayMs: 10 },
+          timeoutMs: 300,
         }
-        return reply
-      })
-      const { client, sleeps } = testClient(server.baseUrl, {
-        retry: { baseDelayMs: 10 },
-        timeoutMs: 300,
-      })
-      cleanup(async () => {
-        await client.close()
-        await server.close()
-      })
+      )
       const outcome = await client.execute(executeBodies.fiat_to_fiat).then(
         () => 'ok',
         () => 'failed'
@@ -159,15 +158,10 @@ test.group('Client | retry classification', () => {
     })
 
   test('jitter stays within ±20% of each backoff step', async ({ assert, cleanup }) => {
-    const server = await startScriptedServer([{ status: 500 }])
     let flip = 0
-    const { client, sleeps } = testClient(server.baseUrl, {
+    const { client, sleeps } = await scriptedClient(cleanup, [{ status: 500 }], {
       retry: { baseDelayMs: 1000 },
       random: () => (flip++ % 2 === 0 ? 0 : 0.999999),
-    })
-    cleanup(async () => {
-      await client.close()
-      await server.close()
     })
     await client.getPayout('po_1').catch(() => {})
     assert.deepEqual(sleeps, [800, 2400, 3200, 9600, 12800])
@@ -177,12 +171,9 @@ test.group('Client | retry classification', () => {
     assert,
     cleanup,
   }) => {
-    const server = await startScriptedServer([{ status: 502, body: { error: 'bad gateway' } }])
-    const { client } = testClient(server.baseUrl)
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
+    const { client, server } = await scriptedClient(cleanup, [
+      { status: 502, body: { error: 'bad gateway' } },
+    ])
     const error = await client.webhooks.subscriptions.rotateSecret('sub_1').catch((e) => e)
     assert.equal(error.status, 502)
     assert.isTrue(error.outcomeUnknown)
@@ -193,12 +184,7 @@ test.group('Client | retry classification', () => {
     assert,
     cleanup,
   }) => {
-    const server = await startScriptedServer(['reset'])
-    const { client, sleeps } = testClient(server.baseUrl)
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
+    const { client, server, sleeps } = await scriptedClient(cleanup, ['reset'])
     const error = await client.webhooks.subscriptions.rotateSecret('sub_1').catch((e) => e)
     assert.equal(error.code, 'NETWORK_ERROR')
     assert.isTrue(error.outcomeUnknown)
@@ -241,12 +227,7 @@ test.group('Client | retry classification', () => {
   })
 
   test('a caller abort is not retried', async ({ assert, cleanup }) => {
-    const server = await startScriptedServer(['hang'])
-    const { client } = testClient(server.baseUrl, { timeoutMs: 5000 })
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
+    const { client, server } = await scriptedClient(cleanup, ['hang'], { timeoutMs: 5000 })
     const controller = new AbortController()
     setTimeout(() => controller.abort(), 50)
     const error = await client
@@ -304,16 +285,13 @@ test.group('Client | rate limiter', () => {
   })
 
   test('the client waits on its limiter before sending', async ({ assert, cleanup }) => {
-    const server = await startScriptedServer([
-      { status: 200, body: { id: 'po_1', status: 'pending' } },
-    ])
-    const { client } = testClient(server.baseUrl, {
-      rateLimiter: { default: { perMinute: 600, burst: 2 } },
-    })
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
+    const { client, server } = await scriptedClient(
+      cleanup,
+      [{ status: 200, body: { id: 'po_1', status: 'pending' } }],
+      {
+        rateLimiter: { default: { perMinute: 600, burst: 2 } },
+      }
+    )
     const started = performance.now()
     await Promise.all([client.getPayout('a'), client.getPayout('b'), client.getPayout('c')])
     assert.lengthOf(server.requests, 3)

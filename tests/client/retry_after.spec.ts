@@ -5,12 +5,8 @@ import {
   PayoutsApiError,
   RateLimitedError,
 } from '../../src/client/main.ts'
-import {
-  startScriptedServer,
-  type RecordedRequest,
-  type Reply,
-} from '../helpers/scripted_server.ts'
-import { executeBodies, executeData, testClient } from './fixtures.ts'
+import { type RecordedRequest, type Reply } from '../helpers/scripted_server.ts'
+import { executeBodies, executeData, scriptedClient } from './fixtures.ts'
 
 /** The service's clock in these tests: a whole second, sent as the answer's Date. */
 const T0 = Date.UTC(2030, 0, 15, 12, 0, 0)
@@ -100,12 +96,7 @@ test.group('Client | Retry-After', () => {
   test('429 with {name}')
     .with(retryAfterCases)
     .run(async ({ assert, cleanup }, row) => {
-      const server = await startScriptedServer(row.replies)
-      const { client, sleeps } = testClient(server.baseUrl)
-      cleanup(async () => {
-        await client.close()
-        await server.close()
-      })
+      const { client, server, sleeps } = await scriptedClient(cleanup, row.replies)
       const outcome = await client.execute(executeBodies.fiat_to_fiat).catch((e) => e)
       assert.deepEqual(sleeps, row.waits)
       assert.lengthOf(server.requests, row.attempts)
@@ -122,12 +113,11 @@ test.group('Client | Retry-After', () => {
     })
 
   test('the ceiling is an option: retry.maxRetryAfterMs', async ({ assert, cleanup }) => {
-    const server = await startScriptedServer([tooMany('5'), tooMany('6'), ok()])
-    const { client, sleeps } = testClient(server.baseUrl, { retry: { maxRetryAfterMs: 5000 } })
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
+    const { client, server, sleeps } = await scriptedClient(
+      cleanup,
+      [tooMany('5'), tooMany('6'), ok()],
+      { retry: { maxRetryAfterMs: 5000 } }
+    )
     const error = await client.execute(executeBodies.fiat_to_fiat).catch((e) => e)
     assert.deepEqual(sleeps, [5000])
     assert.lengthOf(server.requests, 2)
@@ -144,12 +134,11 @@ test.group('Client | Retry-After', () => {
       body: { code: 'IDEMPOTENCY_REQUEST_IN_FLIGHT', error: 'in flight' },
       headers: { 'retry-after': retryAfter },
     })
-    const server = await startScriptedServer([inFlight('1.5'), inFlight('-5'), inFlight('600')])
-    const { client, sleeps } = testClient(server.baseUrl)
-    cleanup(async () => {
-      await client.close()
-      await server.close()
-    })
+    const { client, server, sleeps } = await scriptedClient(cleanup, [
+      inFlight('1.5'),
+      inFlight('-5'),
+      inFlight('600'),
+    ])
     const error = await client.execute(executeBodies.fiat_to_fiat).catch((e) => e)
     // 1.5 s as said; -5 is unusable, so the second backoff step; 600 s is above the ceiling.
     assert.deepEqual(sleeps, [1500, 2000])
@@ -202,13 +191,8 @@ async function clockedServer(
   replies: Reply[] | ((req: RecordedRequest) => Reply),
   time = fakeTime()
 ) {
-  const server = await startScriptedServer(replies)
+  const { client, server } = await scriptedClient(cleanup, replies, time.options)
   time.time.sent = () => server.requests.length
-  const { client } = testClient(server.baseUrl, time.options)
-  cleanup(async () => {
-    await client.close()
-    await server.close()
-  })
   return { server, client, time: time.time }
 }
 
@@ -276,34 +260,40 @@ test.group('Client | X-RateLimit headers', () => {
     assert.deepEqual(time.sleeps, [])
   })
 
-  test('the reset is read against the answer’s Date, not this machine’s clock', async ({
-    assert,
-    cleanup,
-  }) => {
-    // This machine runs 5 minutes behind the service.
-    const { client, server, time } = await clockedServer(
-      cleanup,
-      [exhausted(10), ok()],
-      fakeTime(T0 - 300_000)
-    )
-    await client.execute(executeBodies.fiat_to_fiat)
-    await client.execute(executeBodies.fiat_to_fiat)
-    assert.deepEqual(time.sleeps, [10_000])
-    assert.lengthOf(server.requests, 2)
-  })
-
-  test('a 429’s Retry-After, not the full refill, decides when its family goes again', async ({
-    assert,
-    cleanup,
-  }) => {
-    const { client, server, time } = await clockedServer(cleanup, [
-      tooMany('2', { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': String(T0 / 1000 + 20) }),
-      ok({ 'x-ratelimit-remaining': '3' }),
+  test('{name}')
+    .with([
+      {
+        name: 'the reset is read against the answer’s Date, not this machine’s clock',
+        replies: [exhausted(10), ok()],
+        // This machine runs 5 minutes behind the service.
+        clockStart: T0 - 300_000,
+        executes: 2,
+        sleeps: [10_000],
+      },
+      {
+        name: 'a 429’s Retry-After, not the full refill, decides when its family goes again',
+        replies: [
+          tooMany('2', {
+            'x-ratelimit-remaining': '0',
+            'x-ratelimit-reset': String(T0 / 1000 + 20),
+          }),
+          ok({ 'x-ratelimit-remaining': '3' }),
+        ],
+        clockStart: T0,
+        executes: 1,
+        sleeps: [2000],
+      },
     ])
-    await client.execute(executeBodies.fiat_to_fiat)
-    assert.deepEqual(time.sleeps, [2000])
-    assert.lengthOf(server.requests, 2)
-  })
+    .run(async ({ assert, cleanup }, row) => {
+      const { client, server, time } = await clockedServer(
+        cleanup,
+        row.replies,
+        fakeTime(row.clockStart)
+      )
+      for (let i = 0; i < row.executes; i++) await client.execute(executeBodies.fiat_to_fiat)
+      assert.deepEqual(time.sleeps, row.sleeps)
+      assert.lengthOf(server.requests, 2)
+    })
 
   test('concurrent callers of an exhausted family all wait for the reset', async ({
     assert,
