@@ -33,6 +33,25 @@ async function setup(
   return { emu, client, recipient, method, sleeps }
 }
 
+/** A client whose every wait moves the emulated clock instead (recorded in `sleeps`). */
+function advancingClient(
+  emu: { apiKey: string; baseUrl: string; admin: { advance(ms: number): Promise<unknown> } },
+  sleeps: number[],
+  cleanup: (fn: () => Promise<void>) => void
+) {
+  const client = new PayoutsClient({
+    apiKey: emu.apiKey,
+    baseUrl: emu.baseUrl,
+    rateLimiter: false,
+    sleep: async (ms) => {
+      sleeps.push(ms)
+      await emu.admin.advance(ms)
+    },
+  })
+  cleanup(() => client.close())
+  return client
+}
+
 test.group('Contract | client against the emulator', () => {
   test('three flows execute and read back', async ({ assert, cleanup }) => {
     const { emu, client, recipient, method } = await setup(cleanup)
@@ -255,16 +274,7 @@ test.group('Contract | client against the emulator', () => {
     }
     for (let i = 0; i < 10; i++) await client.execute(body)
     // The next call gets 429 Retry-After: 2; the test's sleep advances the emulated clock.
-    const advancing = new PayoutsClient({
-      apiKey: emu.apiKey,
-      baseUrl: emu.baseUrl,
-      rateLimiter: false,
-      sleep: async (ms) => {
-        sleeps.push(ms)
-        await emu.admin.advance(ms)
-      },
-    })
-    cleanup(() => advancing.close())
+    const advancing = advancingClient(emu, sleeps, cleanup)
     const result = await advancing.execute(body)
     assert.isString(result.payoutId)
     assert.deepEqual(sleeps, [2000])
@@ -279,16 +289,7 @@ test.group('Contract | client against the emulator', () => {
     // the emulator's Date, so the wait is the bucket's refill, not the hour.
     await emu.admin.advance(3600_000)
     const sleeps: number[] = []
-    const client = new PayoutsClient({
-      apiKey: emu.apiKey,
-      baseUrl: emu.baseUrl,
-      rateLimiter: false,
-      sleep: async (ms) => {
-        sleeps.push(ms)
-        await emu.admin.advance(ms)
-      },
-    })
-    cleanup(() => client.close())
+    const client = advancingClient(emu, sleeps, cleanup)
     const body = {
       fromCurrency: 'USD',
       toCurrency: 'MXN',
