@@ -44,6 +44,17 @@ export function withDeadline<T>(
   })
 }
 
+/**
+ * Knex's own statement timeout, when `ms` > 0: a statement past it fails, and its
+ * connection is destroyed instead of going back to the pool (it may be dead).
+ */
+export function withStatementTimeout<Query extends { timeout(ms: number): Query }>(
+  query: Query,
+  ms: number
+): Query {
+  return ms > 0 ? query.timeout(ms) : query
+}
+
 /** Whether an error is a deadline of ours (the work may still finish in the background). */
 export function isDeadlineError(error: unknown): boolean {
   return error instanceof E_PAYOUTS_TIMEOUT

@@ -2,7 +2,7 @@ import type { Database } from '@adonisjs/lucid/database'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
 import { dbDate } from '../database/dates.ts'
-import { boundedTransaction, withDeadline } from '../database/deadline.ts'
+import { boundedTransaction, withDeadline, withStatementTimeout } from '../database/deadline.ts'
 import { locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
@@ -783,12 +783,9 @@ export class PayoutLedger {
     )
   }
 
-  /**
-   * Knex's statement timeout, for statements outside a bounded transaction: one that
-   * times out fails, and its connection is destroyed rather than returned to the pool.
-   */
+  /** A statement outside a bounded transaction, under the same bound. */
   #bounded<Query extends { timeout(ms: number): Query }>(query: Query): Query {
-    return this.transactionTimeoutMs > 0 ? query.timeout(this.transactionTimeoutMs) : query
+    return withStatementTimeout(query, this.transactionTimeoutMs)
   }
 
   #fill(row: Payout, observation: PayoutObservation) {

@@ -2,7 +2,12 @@ import type { Database } from '@adonisjs/lucid/database'
 import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { affectedRows, locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
 import { dbDate } from '../database/dates.ts'
-import { boundedTransaction, dropIdleConnections, withDeadline } from '../database/deadline.ts'
+import {
+  boundedTransaction,
+  dropIdleConnections,
+  withDeadline,
+  withStatementTimeout,
+} from '../database/deadline.ts'
 
 /** A delivery as the route hands it to the inbox. */
 export interface InboxDeliveryInput {
@@ -152,16 +157,14 @@ export class InboxStore {
     )
   }
 
-  /** The processing bound on a statement of the row-by-row path, as on `#statementTimeout`. */
-  #processingTimeout<Query extends { timeout(ms: number): Query }>(query: Query): Query {
-    const ms = this.options.transactionTimeoutMs ?? 0
-    return ms > 0 ? query.timeout(ms) : query
+  /** A statement of the route's insert, under the route's bound. */
+  #statementTimeout<Query extends { timeout(ms: number): Query }>(query: Query): Query {
+    return withStatementTimeout(query, this.options.insertTimeoutMs ?? 0)
   }
 
-  /** Knex's own statement timeout: a connection whose statement timed out is destroyed. */
-  #statementTimeout<Query extends { timeout(ms: number): Query }>(query: Query): Query {
-    const ms = this.options.insertTimeoutMs ?? 0
-    return ms > 0 ? query.timeout(ms) : query
+  /** A statement of the row-by-row processing path, under the processing bound. */
+  #processingTimeout<Query extends { timeout(ms: number): Query }>(query: Query): Query {
+    return withStatementTimeout(query, this.options.transactionTimeoutMs ?? 0)
   }
 
   /** One multi-row insert; rows whose delivery id exists already are skipped, not failed. */

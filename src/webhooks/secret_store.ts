@@ -1,6 +1,6 @@
 import type { Database } from '@adonisjs/lucid/database'
 import { dbDate } from '../database/dates.ts'
-import { dropIdleConnections, withDeadline } from '../database/deadline.ts'
+import { dropIdleConnections, withDeadline, withStatementTimeout } from '../database/deadline.ts'
 import { affectedRows } from '../database/dialects.ts'
 import { E_WEBHOOK_SECRET_NOT_STORED } from '../errors.ts'
 
@@ -131,8 +131,7 @@ export class SecretStore {
   async #load(): Promise<StoredSubscription[]> {
     const generation = this.#generation
     const query = this.db.connection(this.connection).from(this.table).orderBy('id')
-    // Knex drops the connection of a statement that timed out.
-    const rows = await (this.loadTimeoutMs > 0 ? query.timeout(this.loadTimeoutMs) : query)
+    const rows = await withStatementTimeout(query, this.loadTimeoutMs)
     const secrets = rows.map((row: any) => ({
       subscriptionId: row.subscription_id,
       url: row.url,
