@@ -55,18 +55,21 @@ const JSON_SAFE = (_key: string, value: unknown) =>
 
 /**
  * What a failed attempt says about the intent. `unknown` only when a request may have
- * reached the service; `refused` when none ever left this process; `failed` when the
- * service answered a definitive no.
+ * reached the service; `refused` when none left this process or took effect there; `failed`
+ * when the service answered a definitive no.
  */
 function stateAfter(error: unknown, sentBefore: boolean): IntentState {
-  const neverLeft =
+  // Nothing left this process, or the service refused it unprocessed (a 429, spec Errors;
+  // also the client's own hold past the ceiling). `outcomeUnknown` covers earlier retries.
+  const tookNoEffect =
     error instanceof PayoutsValidationError ||
     error instanceof PayoutsConfigError ||
-    (error instanceof PayoutsNetworkError && !error.outcomeUnknown)
-  if (neverLeft) {
+    (error instanceof PayoutsNetworkError && !error.outcomeUnknown) ||
+    (error instanceof PayoutsApiError && error.status === 429 && !error.outcomeUnknown)
+  if (tookNoEffect) {
     if (!sentBefore) return 'refused'
     // An earlier attempt may have gone out; a body that cannot be sent again needs a human.
-    return error instanceof PayoutsNetworkError ? 'unknown' : 'needs_attention'
+    return error instanceof PayoutsApiError ? 'unknown' : 'needs_attention'
   }
   const definitive =
     error instanceof PayoutsApiError &&

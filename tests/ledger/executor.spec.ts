@@ -5,6 +5,7 @@ import {
   PayoutsClient,
   PayoutsNetworkError,
   PayoutsValidationError,
+  RateLimitedError,
 } from '../../src/client/main.ts'
 import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
 import { PayoutLedger, type PayoutChange } from '../../src/ledger/payout_ledger.ts'
@@ -142,6 +143,32 @@ test.group(`Ledger | executor (${TEST_DB})`, () => {
     assert.deepInclude(intent.error!, { code: 'NETWORK_ERROR', outcomeUnknown: false })
     assert.deepInclude(await executor.recover({ olderThanMs: 0 }), { resent: 0 })
     assert.equal((await intent.refresh()).state, 'refused')
+  })
+
+  test('a 429 whose wait is past the ceiling took no effect: refused, not unknown', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, ledger, body } = await setup(cleanup)
+    // The service refuses the only attempt: a 429 is not processed (spec, Errors).
+    const server = await startScriptedServer([
+      { status: 429, body: { error: 'rate limit exceeded' }, headers: { 'retry-after': '86400' } },
+    ])
+    cleanup(() => server.close())
+    const client = new PayoutsClient({
+      apiKey: TEST_API_KEY,
+      baseUrl: server.baseUrl,
+      rateLimiter: false,
+    })
+    cleanup(() => client.close())
+    const executor = new PayoutExecutor({ db, ledger, client })
+    const error = await executor.execute(body).catch((e) => e)
+    assert.instanceOf(error, RateLimitedError)
+    assert.lengthOf(server.requests, 1)
+    const [intent] = await ExecutionIntent.all()
+    assert.equal(intent.state, 'refused')
+    assert.deepInclude(await executor.recover({ olderThanMs: 0 }), { resent: 0 })
+    assert.lengthOf(server.requests, 1)
   })
 
   test('an intent that may have been sent stays unknown when a later attempt never leaves', async ({
