@@ -668,17 +668,25 @@ export class PayoutLedger {
    * be notifying them). Returns how many changes were notified.
    */
   renotify(options: { olderThanMs?: number; limit?: number } = {}): Promise<number> {
-    // One sweep at a time, and never one that hangs on a dead connection: at its deadline
-    // the next call starts a fresh one.
-    this.#sweep ??= withDeadline(
-      this.#renotify(options),
-      this.transactionTimeoutMs,
-      'outbox sweep'
-    ).finally(() => (this.#sweep = undefined))
+    // One sweep at a time, and never one that hangs (a dead connection, a listener that
+    // never ends): at its deadline it is given up, fires nothing more if it ever resumes,
+    // and the next call starts a fresh one.
+    if (!this.#sweep) {
+      const sweep = { givenUp: false }
+      this.#sweep = withDeadline(
+        this.#renotify(options, sweep),
+        this.transactionTimeoutMs,
+        'outbox sweep',
+        () => (sweep.givenUp = true)
+      ).finally(() => (this.#sweep = undefined))
+    }
     return this.#sweep
   }
 
-  async #renotify(options: { olderThanMs?: number; limit?: number }): Promise<number> {
+  async #renotify(
+    options: { olderThanMs?: number; limit?: number },
+    sweep: { givenUp: boolean }
+  ): Promise<number> {
     const client = this.db.connection(this.connection)
     const before = DateTime.now().minus({ milliseconds: options.olderThanMs ?? 10_000 })
     const rows = await this.#bounded(
@@ -690,6 +698,7 @@ export class PayoutLedger {
     )
     let notified = 0
     for (const row of rows) {
+      if (sweep.givenUp) break
       if (this.#notifying.has(row.id)) continue
       if (this.#unmarked.has(row.id)) {
         await this.#markNotified([row.id])
@@ -701,6 +710,9 @@ export class PayoutLedger {
         await this.#markNotified([row.id])
         continue
       }
+      // Checked again after the awaits above: a fresher sweep may have taken the row meanwhile.
+      if (sweep.givenUp) break
+      if (this.#notifying.has(row.id)) continue
       await this.notifyBatch({ outcomes: [{ change }] })
       notified++
     }

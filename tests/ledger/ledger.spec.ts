@@ -847,3 +847,53 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
     )
   })
 })
+
+test.group(`Ledger | outbox sweep (${TEST_DB})`, () => {
+  test('a sweep given up at its deadline fires nothing more when it resumes', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'sweep')
+    // A process whose hooks all failed: two changes left un-notified.
+    const failing = new PayoutLedger(db, {
+      onChange: () => {
+        throw new Error('listener down')
+      },
+    })
+    const [first, second] = [randomUUID(), randomUUID()]
+    for (const payoutId of [first, second]) {
+      await assert.rejects(
+        () => failing.apply({ payoutId, status: 'pending', step: 'initiated', source: 'webhook' }),
+        /listener down/
+      )
+    }
+    // A sweeping process whose first hook hangs past the sweep's deadline, then resumes.
+    const fired: string[] = []
+    let release!: () => void
+    const hanging = new Promise<void>((resolve) => (release = resolve))
+    const sweeper = new PayoutLedger(
+      db,
+      {
+        onChange: async (change) => {
+          fired.push(change.payout.payoutUuid)
+          if (fired.length === 1) await hanging
+        },
+      },
+      undefined,
+      200
+    )
+    const stalled = await sweeper.renotify({ olderThanMs: 0 }).then(
+      () => null,
+      (error) => error
+    )
+    assert.equal(stalled?.code, 'E_PAYOUTS_TIMEOUT')
+    // The next sweep leaves the change in flight alone and fires the other one.
+    assert.equal(await sweeper.renotify({ olderThanMs: 0 }), 1)
+    assert.deepEqual(fired, [first, second])
+    // The first sweep resumes: it was given up, so it fires nothing more.
+    release()
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    assert.deepEqual(fired, [first, second])
+    assert.equal(await sweeper.renotify({ olderThanMs: 0 }), 0)
+  })
+})
