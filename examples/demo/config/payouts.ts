@@ -4,7 +4,8 @@ import { defineConfig } from '@svc/adonis-payouts'
 
 /**
  * Cross-Border Payout Service. The key's prefix (sk_test_ or sk_live_) must match the
- * environment of PAYOUTS_BASE_URL. Every option and its default: the package's README.
+ * environment of PAYOUTS_BASE_URL. Every option and its default:
+ * node_modules/@svc/adonis-payouts/docs/configuration.md
  */
 const payoutsConfig = defineConfig({
   apiKey: env.get('PAYOUTS_API_KEY'),
