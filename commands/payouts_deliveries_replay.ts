@@ -1,27 +1,24 @@
-import { args, BaseCommand, flags } from '@adonisjs/core/ace'
-import type { CommandOptions } from '@adonisjs/core/types/ace'
+import { args } from '@adonisjs/core/ace'
+import { PayoutsCommand } from '../src/commands/payouts_command.ts'
+import type { PayoutsService } from '../src/service/payouts_service.ts'
+
+type Result = Awaited<ReturnType<PayoutsService['webhooks']['replayDelivery']>>
 
 /** Asks the service to deliver a webhook delivery again. */
-export default class PayoutsDeliveriesReplay extends BaseCommand {
+export default class PayoutsDeliveriesReplay extends PayoutsCommand<Result> {
   static commandName = 'payouts:deliveries:replay'
   static description = 'Ask the service to re-deliver a webhook delivery (new Svc-Delivery-Id)'
-  static options: CommandOptions = { startApp: true }
 
   @args.string({ description: 'Delivery id' })
   declare id: string
 
-  @flags.boolean({ description: 'Print JSON for scripts' })
-  declare json: boolean
+  protected failure = 'Replay failed'
 
-  async run() {
-    const payouts = await this.app.container.make('payouts.manager')
-    try {
-      const replay = await payouts.webhooks.replayDelivery(this.id)
-      if (this.json) this.logger.log(JSON.stringify(replay))
-      else this.logger.success(`Replay of ${this.id} enqueued as ${replay.id}`)
-    } catch (error) {
-      this.logger.error(`Replay failed: ${(error as Error).message}`)
-      this.exitCode = 1
-    }
+  protected perform(payouts: PayoutsService) {
+    return payouts.webhooks.replayDelivery(this.id)
+  }
+
+  protected print(replay: Result) {
+    this.logger.success(`Replay of ${this.id} enqueued as ${replay.id}`)
   }
 }

@@ -1,26 +1,22 @@
-import { BaseCommand, flags } from '@adonisjs/core/ace'
-import type { CommandOptions } from '@adonisjs/core/types/ace'
+import { PayoutsCommand } from '../src/commands/payouts_command.ts'
+import type { PayoutsService } from '../src/service/payouts_service.ts'
+
+type Result = Awaited<ReturnType<PayoutsService['recipients']['sync']>>
 
 /** Reconciles the local recipients table with the service. */
-export default class PayoutsRecipientsSync extends BaseCommand {
+export default class PayoutsRecipientsSync extends PayoutsCommand<Result> {
   static commandName = 'payouts:recipients:sync'
   static description = 'Mirror the service recipients into the local table'
-  static options: CommandOptions = { startApp: true }
 
-  @flags.boolean({ description: 'Print JSON for scripts' })
-  declare json: boolean
+  protected failure = 'Sync failed'
 
-  async run() {
-    const payouts = await this.app.container.make('payouts.manager')
-    try {
-      const summary = await payouts.recipients.sync()
-      if (this.json) return this.logger.log(JSON.stringify(summary))
-      this.logger.success(
-        `Created ${summary.created}, updated ${summary.updated}, marked deleted ${summary.deleted}`
-      )
-    } catch (error) {
-      this.logger.error(`Sync failed: ${(error as Error).message}`)
-      this.exitCode = 1
-    }
+  protected perform(payouts: PayoutsService) {
+    return payouts.recipients.sync()
+  }
+
+  protected print(summary: Result) {
+    this.logger.success(
+      `Created ${summary.created}, updated ${summary.updated}, marked deleted ${summary.deleted}`
+    )
   }
 }

@@ -1,12 +1,16 @@
-import { BaseCommand, flags } from '@adonisjs/core/ace'
-import type { CommandOptions } from '@adonisjs/core/types/ace'
+import { flags } from '@adonisjs/core/ace'
+import { PayoutsCommand } from '../src/commands/payouts_command.ts'
+import type { PayoutsService } from '../src/service/payouts_service.ts'
+
+type Result = Awaited<ReturnType<PayoutsService['replayInbox']>>
+const STATES = ['failed', 'dead', 'processed', 'pending'] as const
+type ReplayState = (typeof STATES)[number]
 
 /** Re-runs stored inbox deliveries through the pipeline. */
-export default class PayoutsReplay extends BaseCommand {
+export default class PayoutsReplay extends PayoutsCommand<Result> {
   static commandName = 'payouts:replay'
   static description =
     'Re-run stored webhook/WebSocket deliveries from the inbox (by id, state or time window)'
-  static options: CommandOptions = { startApp: true }
 
   @flags.array({ description: 'Svc-Delivery-Id values to replay' })
   declare id?: string[]
@@ -25,38 +29,37 @@ export default class PayoutsReplay extends BaseCommand {
   })
   declare force: boolean
 
-  @flags.boolean({ description: 'Print JSON for scripts' })
-  declare json: boolean
+  protected failure = 'Replay failed'
 
-  async run() {
-    const payouts = await this.app.container.make('payouts.manager')
-    if (this.state && !['failed', 'dead', 'processed', 'pending'].includes(this.state)) {
+  protected async accepted() {
+    if (this.state && !STATES.includes(this.state as ReplayState)) {
       this.logger.error(`Unknown state "${this.state}". Use failed, dead, processed or pending`)
-      this.exitCode = 1
-      return
+      return false
     }
     if (!this.id?.length && !this.state && !this.since && !this.until) {
       this.logger.error('Say what to replay: --id, --state, --since or --until')
-      this.exitCode = 1
-      return
+      return false
     }
-    try {
-      const summary = await payouts.replayInbox({
-        ids: this.id,
-        state: this.state as 'failed' | 'dead' | 'processed' | 'pending' | undefined,
-        since: this.since,
-        until: this.until,
-        force: this.force,
-      })
-      if (this.json) this.logger.log(JSON.stringify(summary))
-      else
-        this.logger.success(
-          `Requeued ${summary.requeued}, processed ${summary.processed}, still failing ${summary.failing}`
-        )
-      if (summary.failing > 0) this.exitCode = 1
-    } catch (error) {
-      this.logger.error(`Replay failed: ${(error as Error).message}`)
-      this.exitCode = 1
-    }
+    return true
+  }
+
+  protected perform(payouts: PayoutsService) {
+    return payouts.replayInbox({
+      ids: this.id,
+      state: this.state as ReplayState | undefined,
+      since: this.since,
+      until: this.until,
+      force: this.force,
+    })
+  }
+
+  protected failed(summary: Result) {
+    return summary.failing > 0
+  }
+
+  protected print(summary: Result) {
+    this.logger.success(
+      `Requeued ${summary.requeued}, processed ${summary.processed}, still failing ${summary.failing}`
+    )
   }
 }

@@ -1,35 +1,31 @@
-import { BaseCommand, flags } from '@adonisjs/core/ace'
-import type { CommandOptions } from '@adonisjs/core/types/ace'
+import { PayoutsCommand } from '../src/commands/payouts_command.ts'
+import type { PayoutsService } from '../src/service/payouts_service.ts'
+
+type Result = Awaited<ReturnType<PayoutsService['webhooks']['list']>>
 
 /** Lists the account's webhook subscriptions and which ones this app keeps secrets for. */
-export default class PayoutsWebhooksList extends BaseCommand {
+export default class PayoutsWebhooksList extends PayoutsCommand<Result> {
   static commandName = 'payouts:webhooks:list'
   static description = 'List webhook subscriptions'
-  static options: CommandOptions = { startApp: true }
 
-  @flags.boolean({ description: 'Print JSON for scripts' })
-  declare json: boolean
+  protected failure = 'Could not list subscriptions'
 
-  async run() {
-    const payouts = await this.app.container.make('payouts.manager')
-    try {
-      const subscriptions = await payouts.webhooks.list()
-      if (this.json) return this.logger.log(JSON.stringify(subscriptions))
-      const table = this.ui.table()
-      table.head(['Id', 'URL', 'Events', 'Active', 'Secret kept here'])
-      for (const s of subscriptions) {
-        table.row([
-          s.id,
-          s.url,
-          s.events.join(', '),
-          s.active === false ? 'no' : 'yes',
-          s.secretStored ? 'yes' : 'no',
-        ])
-      }
-      table.render()
-    } catch (error) {
-      this.logger.error(`Could not list subscriptions: ${(error as Error).message}`)
-      this.exitCode = 1
+  protected perform(payouts: PayoutsService) {
+    return payouts.webhooks.list()
+  }
+
+  protected print(subscriptions: Result) {
+    const table = this.ui.table()
+    table.head(['Id', 'URL', 'Events', 'Active', 'Secret kept here'])
+    for (const s of subscriptions) {
+      table.row([
+        s.id,
+        s.url,
+        s.events.join(', '),
+        s.active === false ? 'no' : 'yes',
+        s.secretStored ? 'yes' : 'no',
+      ])
     }
+    table.render()
   }
 }
