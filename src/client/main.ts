@@ -1,12 +1,7 @@
 /** `@svc/adonis-payouts/client`: the framework-free client of the Payout Service. */
 export { PayoutsClient } from './payouts_client.ts'
-export type {
-  PayoutsClientOptions,
-  CallOptions,
-  ExecuteInput,
-  BatchRow,
-  ListQuery,
-} from './payouts_client.ts'
+export type { PayoutsClientOptions } from './payouts_client.ts'
+export type { CallOptions, ExecuteInput, BatchRow, ListQuery } from './types.ts'
 export * from './errors.ts'
 export { DEFAULT_PATHS, type PathName } from './paths.ts'
 export { DEFAULT_BUCKETS, RateLimiter, type BucketSpec, type RateFamily } from './rate_limiter.ts'
