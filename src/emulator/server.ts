@@ -287,7 +287,7 @@ export function createHandler(deps: HttpDeps) {
         status: result.status,
         body: result.body,
       })
-    if (result.status === 200 && path === '/rfq/execute') {
+    if (result.status === 200 && route.name === 'execute') {
       const payoutId = (result.body as any)?.data?.payoutId
       const payout = payoutId ? state.payouts.get(payoutId) : undefined
       if (payout) payout.idempotencyKey = idempotencyKey
