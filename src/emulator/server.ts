@@ -52,7 +52,8 @@ function readBody(req: IncomingMessage): Promise<string> {
 
 /**
  * The HTTP front of the emulator, in the order the service applies its rules: both path
- * styles, faults, authentication, scope, rate limit, idempotency, then the route.
+ * styles (with or without `/api`), faults, the route (404 when none matches),
+ * authentication, scope, rate limit, JSON body, idempotency, then the route's handler.
  */
 export function createHandler(deps: HttpDeps) {
   const { state, clock, faults } = deps
