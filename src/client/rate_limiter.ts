@@ -1,18 +1,12 @@
+import { RATE_LIMITS, type RateFamily, type RateLimit } from '../contract/rate_limits.ts'
+
+export type { RateFamily } from '../contract/rate_limits.ts'
+
 /** A documented rate-limit family: sustained rate per minute and burst. */
-export interface BucketSpec {
-  perMinute: number
-  burst: number
-}
+export type BucketSpec = RateLimit
 
-/** The families of the spec's Limits table. */
-export const DEFAULT_BUCKETS = {
-  default: { perMinute: 60, burst: 20 },
-  quotes: { perMinute: 120, burst: 40 },
-  execute: { perMinute: 30, burst: 10 },
-  replay: { perMinute: 5, burst: 5 },
-} satisfies Record<string, BucketSpec>
-
-export type RateFamily = keyof typeof DEFAULT_BUCKETS
+/** The families of the spec's Limits table, the client's default buckets. */
+export const DEFAULT_BUCKETS = RATE_LIMITS
 
 /**
  * Client-side token buckets mirroring the service's families, so a burst from this

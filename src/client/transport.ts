@@ -9,7 +9,9 @@ import {
   RateLimitedError,
 } from './errors.ts'
 import { ServiceLimits, type RateFamily, type RateLimiter } from './rate_limiter.ts'
+import { integerHeader, parseRetryAfter } from './response_headers.ts'
 
+/** When and how often a failed request is sent again. */
 export interface RetryOptions {
   /** Retries after the first attempt (spec: give up after the 5th retry). */
   maxRetries: number
@@ -25,6 +27,7 @@ export interface RetryOptions {
   maxRetryAfterMs: number
 }
 
+/** Where the client logs its requests and retries (AdonisJS's logger fits). */
 export interface ClientLogger {
   debug(obj: object, msg?: string): void
   warn(obj: object, msg?: string): void
@@ -37,6 +40,7 @@ export interface RateLimitState {
   reset: number
 }
 
+/** Settings of a `Transport`, filled from the client's options. */
 export interface TransportOptions {
   baseUrl: string
   timeoutMs: number
@@ -51,6 +55,7 @@ export interface TransportOptions {
   dispatcher?: Dispatcher
 }
 
+/** One request, with what decides its retries. */
 export interface RequestSpec {
   method: 'GET' | 'POST' | 'PATCH' | 'DELETE'
   path: string
@@ -66,9 +71,11 @@ export interface RequestSpec {
   safeToRepeat: boolean
   family: RateFamily
   signal?: AbortSignal
+  /** Confirm-escrow-deposit: its errors have their own shape and a 500 is final. */
   escrowConfirm?: boolean
 }
 
+/** A 2xx answer: its status and its parsed JSON body. */
 export interface RawResponse {
   status: number
   body: unknown
@@ -120,6 +127,7 @@ export class Transport {
       new Agent({ keepAliveTimeout: 10_000, keepAliveMaxTimeout: 60_000, connections: 64 })
   }
 
+  /** Sends the request, retrying as the rules allow; throws the last error otherwise. */
   async send(spec: RequestSpec): Promise<RawResponse> {
     const { retry } = this.options
     let lastError: PayoutsApiError | undefined
@@ -351,6 +359,7 @@ export class Transport {
     })
   }
 
+  /** Closes the keep-alive sockets of the agent this transport created. */
   async close() {
     if (this.#ownsAgent) await this.#agent.close()
   }
@@ -359,33 +368,6 @@ export class Transport {
 /** 429 and 409 IDEMPOTENCY_REQUEST_IN_FLIGHT wait what the service says. */
 function waitsRetryAfter(error: PayoutsApiError) {
   return error.status === 429 || error.code === 'IDEMPOTENCY_REQUEST_IN_FLIGHT'
-}
-
-function integerHeader(value: string | string[] | undefined): number | null {
-  const header = Array.isArray(value) ? value[0] : value
-  return header !== undefined && /^\s*\d+\s*$/.test(header) ? Number(header) : null
-}
-
-/** The three forms of an HTTP date (RFC 9110): each names the day, each has a time. */
-const HTTP_DATE = /^[A-Za-z]{3,9},? .*\d{1,2}:\d{2}:\d{2}/
-
-/**
- * Retry-After in seconds: delay-seconds (an integer, or a decimal as some services send)
- * or an HTTP date, read against `now` (the answer's Date when it has one). Null when it is
- * missing, negative, unparsable or a date not ahead of `now`: the caller then backs off.
- */
-export function parseRetryAfter(
-  value: string | string[] | undefined,
-  now = Date.now()
-): number | null {
-  const header = (Array.isArray(value) ? value[0] : value)?.trim()
-  if (!header) return null
-  if (/^\d+(?:\.\d+)?$/.test(header)) return Number(header)
-  if (!HTTP_DATE.test(header)) return null
-  // asctime carries no zone; every HTTP date is GMT.
-  const date = Date.parse(/ (?:GMT|UTC)$/i.test(header) ? header : `${header} GMT`)
-  if (Number.isNaN(date) || date <= now) return null
-  return (date - now) / 1000
 }
 
 /**

@@ -1,15 +1,7 @@
+import { RATE_LIMITS, type RateFamily } from '../contract/rate_limits.ts'
 import type { EmulatorClock } from './clock.ts'
 
-export type Family = 'default' | 'quotes' | 'execute' | 'replay'
-
-/** The service's Limits table. */
-export const FAMILY_LIMITS: Record<Family, { perMinute: number; burst: number }> = {
-  default: { perMinute: 60, burst: 20 },
-  quotes: { perMinute: 120, burst: 40 },
-  execute: { perMinute: 30, burst: 10 },
-  replay: { perMinute: 5, burst: 5 },
-}
-
+/** One request's rate-limit verdict and the X-RateLimit-* values to answer with. */
 export interface RateDecision {
   allowed: boolean
   limit: number
@@ -28,8 +20,8 @@ export class RateLimits {
     private multiplier = 1
   ) {}
 
-  take(subject: string, family: Family): RateDecision {
-    const spec = FAMILY_LIMITS[family]
+  take(subject: string, family: RateFamily): RateDecision {
+    const spec = RATE_LIMITS[family]
     const burst = spec.burst * this.multiplier
     const perMs = (spec.perMinute * this.multiplier) / 60_000
     const now = this.clock.now()

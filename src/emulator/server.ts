@@ -52,7 +52,8 @@ function readBody(req: IncomingMessage): Promise<string> {
 
 /**
  * The HTTP front of the emulator, in the order the service applies its rules: both path
- * styles, faults, authentication, scope, rate limit, idempotency, then the route.
+ * styles (with or without `/api`), faults, the route (404 when none matches),
+ * authentication, scope, rate limit, JSON body, idempotency, then the route's handler.
  */
 export function createHandler(deps: HttpDeps) {
   const { state, clock, faults } = deps
@@ -287,7 +288,7 @@ export function createHandler(deps: HttpDeps) {
         status: result.status,
         body: result.body,
       })
-    if (result.status === 200 && path === '/rfq/execute') {
+    if (result.status === 200 && route.name === 'execute') {
       const payoutId = (result.body as any)?.data?.payoutId
       const payout = payoutId ? state.payouts.get(payoutId) : undefined
       if (payout) payout.idempotencyKey = idempotencyKey

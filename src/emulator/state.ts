@@ -1,17 +1,15 @@
 import { createHash, randomBytes, randomUUID } from 'node:crypto'
 import type { PayoutStatus, PayoutStep, ExecuteFlow } from '../schemas/common.ts'
+import { SCOPES, type Scope } from '../contract/endpoints.ts'
 import type { EmulatorClock } from './clock.ts'
 
-export const ALL_SCOPES = [
-  'quotes:read',
-  'payouts:write',
-  'payouts:read',
-  'recipients:write',
-  'recipients:read',
-  'webhooks:write',
-  'webhooks:read',
-] as const
-export type Scope = (typeof ALL_SCOPES)[number]
+export type { Scope } from '../contract/endpoints.ts'
+
+/** Every scope a key can hold; new keys get them all unless told otherwise. */
+export const ALL_SCOPES = SCOPES
+
+/** The account the emulator's default key belongs to. */
+export const DEFAULT_ACCOUNT = 'acct_default'
 
 export interface ApiKeyRecord {
   key: string

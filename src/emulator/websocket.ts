@@ -7,7 +7,7 @@ import type { EmulatorState } from './state.ts'
 /**
  * The /ws endpoint: the first message must be `{ type: 'auth', apiKey }` within the
  * deadline (10 s by default) or the socket is closed; afterwards the socket receives the
- * events of the key's business, in the webhook envelope.
+ * events of the key's account, in the webhook envelope.
  */
 export class EventSocketServer {
   #wss = new WebSocketServer({ noServer: true })

@@ -214,6 +214,68 @@ export function listOf<T extends z.ZodType>(item: T) {
   ])
 }
 
+/**
+ * One page of a list endpoint: `{ data, nextCursor }`, or a bare array read as the last
+ * page (spec gap).
+ */
+export function pageOf<T extends z.ZodType>(item: T) {
+  return z.union([
+    z.array(item).transform((data) => ({ data, nextCursor: null as string | null })),
+    z
+      .looseObject({ data: z.array(item), nextCursor: z.string().nullish() })
+      .transform((value) => ({ data: value.data, nextCursor: value.nextCursor ?? null })),
+  ])
+}
+
+/** `{ success: true, data }` wrapper of the onramp quotes (every route). */
+export const onrampQuotesSchema = successWrapper(z.array(onrampQuoteSchema))
+
+/** `{ success: true, data }` wrapper of the single best onramp route. */
+export const bestOnrampQuoteSchema = successWrapper(onrampQuoteSchema)
+
+/** Execute responses, one per flow: the flow decides which fields must be present. */
+export const executeResponseSchemaByFlow = {
+  fiat_to_fiat: successWrapper(fiatToFiatExecuteDataSchema),
+  stablecoin_to_fiat: successWrapper(stablecoinToFiatExecuteDataSchema),
+  onramp: successWrapper(onrampExecuteDataSchema),
+} as const
+
+/** Execute-batch response: one result per item, in order (spec gap: shape not shown). */
+export const executeBatchResultSchema = successWrapper(
+  z.looseObject({
+    results: z.array(
+      z.union([
+        z.looseObject({
+          index: z.number().int(),
+          success: z.literal(true),
+          data: z.record(z.string(), z.unknown()),
+        }),
+        z.looseObject({
+          index: z.number().int(),
+          success: z.literal(false),
+          error: z.looseObject({ code: z.string().optional(), error: z.string().optional() }),
+        }),
+      ])
+    ),
+  })
+)
+
+/** Confirm-escrow-deposit's success body. */
+export const escrowConfirmedSchema = z.looseObject({ success: z.literal(true) })
+
+/** A rotated subscription: its id and the new whsec_ secret, shown once. */
+export const rotatedSecretSchema = z.looseObject({
+  id: z.string(),
+  secret: z.string().startsWith('whsec_'),
+})
+
+/** A replay's answer (202): the new delivery's id and the delivery it repeats. */
+export const replayedDeliverySchema = z.looseObject({
+  id: z.string(),
+  replayOf: z.string().optional(),
+  status: z.string().optional(),
+})
+
 /** The three error body shapes the spec shows, folded into one. */
 export const errorBodySchema = z.looseObject({
   code: z.string().optional(),

@@ -1,0 +1,191 @@
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { EmulatorAdmin } from './admin.ts'
+import { buildRoutes } from './api.ts'
+import { EmulatorClock, type ClockOptions } from './clock.ts'
+import { Faults } from './faults.ts'
+import { Lifecycle } from './lifecycle.ts'
+import { RateLimits } from './rate_limits.ts'
+import { createHandler } from './server.ts'
+import { ALL_SCOPES, DEFAULT_ACCOUNT, EmulatorState, type PayoutRecord } from './state.ts'
+import { WebhookDispatcher } from './webhooks.ts'
+import { EventSocketServer } from './websocket.ts'
+
+/** Options of `PayoutsEmulator.start(...)`. */
+export interface EmulatorOptions {
+  port?: number
+  host?: string
+  clock?: ClockOptions
+  /** Emulated time between two lifecycle steps. */
+  stepIntervalMs?: number
+  /** Emulated time before automatic detection sees an escrow deposit. */
+  escrowDetectionDelayMs?: number
+  /** Allow http://127.0.0.1 and localhost webhook targets (development only). */
+  allowInsecureWebhooks?: boolean
+  /** Real milliseconds a webhook receiver may take (spec: 10 s). */
+  webhookTimeoutMs?: number
+  /** Real milliseconds a socket may stay silent before auth (spec: 10 s). */
+  wsAuthTimeoutMs?: number
+  /** `false` turns rate limits off; a number multiplies every bucket (load tests). */
+  rateLimits?: false | number
+  /** Seed of the fault PRNG. */
+  seed?: number
+  /** A fixed key for the default account, instead of a random one. */
+  apiKey?: string
+}
+
+/**
+ * A stateful, in-memory emulator of the Cross-Border Payout Service over real HTTP and
+ * WebSocket, with a controllable clock and faults. See README "Testing a host app".
+ */
+export class PayoutsEmulator {
+  readonly baseUrl: string
+  readonly wsUrl: string
+  readonly apiKey: string
+  readonly clock: EmulatorClock
+  readonly state: EmulatorState
+  readonly webhooks: WebhookDispatcher
+  readonly faults: Faults
+  readonly admin: EmulatorAdmin
+  #server: Server
+  #sockets: EventSocketServer
+
+  private constructor(parts: {
+    server: Server
+    baseUrl: string
+    apiKey: string
+    clock: EmulatorClock
+    state: EmulatorState
+    webhooks: WebhookDispatcher
+    faults: Faults
+    sockets: EventSocketServer
+    admin: EmulatorAdmin
+  }) {
+    this.#server = parts.server
+    this.baseUrl = parts.baseUrl
+    this.wsUrl = parts.baseUrl.replace(/^http/, 'ws') + '/ws'
+    this.apiKey = parts.apiKey
+    this.clock = parts.clock
+    this.state = parts.state
+    this.webhooks = parts.webhooks
+    this.faults = parts.faults
+    this.#sockets = parts.sockets
+    this.admin = parts.admin
+  }
+
+  /** Starts the emulator; `port: 0` picks a free port. */
+  static async start(options: EmulatorOptions = {}): Promise<PayoutsEmulator> {
+    const clock = new EmulatorClock(options.clock ?? { mode: 'real' })
+    const state = new EmulatorState(clock)
+    const faults = new Faults(options.seed ?? 42)
+    const webhooks = new WebhookDispatcher({
+      clock,
+      faults,
+      allowInsecureLoopback: options.allowInsecureWebhooks ?? true,
+      receiverTimeoutMs: options.webhookTimeoutMs ?? 10_000,
+    })
+    const sockets = new EventSocketServer(state, options.wsAuthTimeoutMs ?? 10_000)
+    const emit = (payout: PayoutRecord, type: 'payout.created' | 'payout.status.updated') => {
+      const data =
+        type === 'payout.created'
+          ? {
+              payoutId: payout.payoutId,
+              transactionType: payout.flow,
+              payoutAmount: payout.payoutAmount,
+              payoutCurrency: payout.payoutCurrency,
+              sourceCurrency: payout.sourceCurrency,
+              recipientId: payout.recipientId,
+              status: 'pending',
+              createdAt: payout.createdAt,
+            }
+          : {
+              payoutId: faults.roll('readIdRate')
+                ? (faults.stats.readIds++, payout.readId)
+                : payout.payoutId,
+              status: payout.status,
+              provider: 'emulator-rail',
+              step: payout.step,
+              stepChangedAt: clock.iso(),
+            }
+      const envelope = { type, createdAt: clock.iso(), data }
+      webhooks.publish(payout.accountId, type, envelope)
+      sockets.broadcast(payout.accountId, envelope)
+    }
+    const lifecycle = new Lifecycle(clock, emit, options.stepIntervalMs ?? 2000)
+    const deps = {
+      state,
+      clock,
+      lifecycle,
+      webhooks,
+      allowInsecureWebhooks: options.allowInsecureWebhooks ?? true,
+      emit,
+    }
+    const admin = new EmulatorAdmin(
+      state,
+      clock,
+      faults,
+      webhooks,
+      sockets,
+      lifecycle,
+      options.escrowDetectionDelayMs ?? 30_000
+    )
+    const apiKey = options.apiKey ?? state.issueKey(DEFAULT_ACCOUNT)
+    if (options.apiKey) {
+      state.keys.set(options.apiKey, {
+        key: options.apiKey,
+        accountId: DEFAULT_ACCOUNT,
+        scopes: new Set(ALL_SCOPES),
+        revoked: false,
+        expiresAt: null,
+      })
+      state.issueKey(DEFAULT_ACCOUNT)
+    }
+    const httpDeps = {
+      state,
+      clock,
+      faults,
+      rateLimits:
+        options.rateLimits === false ? null : new RateLimits(clock, options.rateLimits ?? 1),
+      routes: buildRoutes(deps),
+      admin: (path: string, method: string, body: unknown) => admin.http(path, method, body),
+    }
+    admin.setRateLimits = (limits) => {
+      httpDeps.rateLimits = limits === false ? null : new RateLimits(clock, limits)
+    }
+    const handler = createHandler(httpDeps)
+    const server = createServer((req, res) => {
+      handler(req, res).catch(() => {
+        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' })
+        res.end(JSON.stringify({ error: 'internal error' }))
+      })
+    })
+    server.on('upgrade', (req, socket, head) => sockets.upgrade(req, socket, head))
+    const host = options.host ?? '127.0.0.1'
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(options.port ?? 0, host, () => resolve())
+    })
+    const { port } = server.address() as AddressInfo
+    const baseUrl = `http://${host.includes(':') ? `[${host}]` : host}:${port}`
+    return new PayoutsEmulator({
+      server,
+      baseUrl,
+      apiKey,
+      clock,
+      state,
+      webhooks,
+      faults,
+      sockets,
+      admin,
+    })
+  }
+
+  /** Stops the server, the sockets and every timer. */
+  async close() {
+    this.clock.close()
+    await this.#sockets.close()
+    this.#server.closeAllConnections()
+    await new Promise<void>((resolve) => this.#server.close(() => resolve()))
+    await this.webhooks.settle()
+  }
+}
