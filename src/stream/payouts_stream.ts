@@ -2,9 +2,10 @@ import { WebSocket } from 'undici'
 import debug from '../debug.ts'
 import { parseJsonBytes } from '../schemas/events.ts'
 
-/** What the stream hands to the pipeline: the raw message and its source. */
+/** What the stream hands to the pipeline: the raw bytes of one event message. */
 export type StreamMessageHandler = (raw: Buffer) => Promise<void>
 
+/** Where the stream connects, how it authenticates, and where its messages go. */
 export interface PayoutsStreamOptions {
   /** wss://host/ws (or ws:// for the emulator). */
   url: string

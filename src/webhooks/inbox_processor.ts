@@ -21,6 +21,7 @@ export type InboxBatchHandler = (
   items: Array<{ envelope: EventEnvelope; row: InboxRow }>
 ) => Promise<{ verdicts: InboxVerdict[]; afterCommit: () => Promise<void> }>
 
+/** The inbox, the handlers that apply its events, and the retry and batch bounds. */
 export interface InboxProcessorOptions {
   store: Pick<
     InboxStore,
