@@ -1,11 +1,10 @@
 import { readdir, readFile } from 'node:fs/promises'
 import type Configure from '@adonisjs/core/commands/configure'
 import { API_KEY_PATTERN } from './src/schemas/common.ts'
+import { DEFAULT_TABLE_PREFIX, DEFAULT_WEBHOOK_PATH } from './src/constants.ts'
 import { stubsRoot } from './stubs/main.ts'
 
 const SANDBOX_DEFAULT_URL = 'http://127.0.0.1:4010'
-const WEBHOOK_PATH = '/webhooks/payouts'
-const TABLE_PREFIX = 'svc_'
 
 /** Reads a file of the host app, or '' when it does not exist. */
 function readAppFile(command: Configure, path: string) {
@@ -28,13 +27,14 @@ async function exceptFromCsrf(command: Configure, project: any): Promise<boolean
   if (csrf?.getKindName() !== 'ObjectLiteralExpression') return false
   const except = csrf.getProperty('exceptRoutes')
   if (!except) {
-    csrf.addPropertyAssignment({ name: 'exceptRoutes', initializer: `['${WEBHOOK_PATH}']` })
+    csrf.addPropertyAssignment({ name: 'exceptRoutes', initializer: `['${DEFAULT_WEBHOOK_PATH}']` })
   } else {
     const list = except.getInitializer?.()
     if (list?.getKindName() !== 'ArrayLiteralExpression') return false
     const quoted = (text: string) => text.slice(1, -1)
-    if (list.getElements().some((el: any) => quoted(el.getText()) === WEBHOOK_PATH)) return true
-    list.addElement(`'${WEBHOOK_PATH}'`)
+    if (list.getElements().some((el: any) => quoted(el.getText()) === DEFAULT_WEBHOOK_PATH))
+      return true
+    list.addElement(`'${DEFAULT_WEBHOOK_PATH}'`)
   }
   await file.save()
   return true
@@ -78,8 +78,8 @@ export async function configure(command: Configure) {
 
   const codemods = await command.createCodemods()
   await codemods.makeUsingStub(stubsRoot, 'config/payouts.stub', {
-    webhookPath: WEBHOOK_PATH,
-    prefix: TABLE_PREFIX,
+    webhookPath: DEFAULT_WEBHOOK_PATH,
+    prefix: DEFAULT_TABLE_PREFIX,
   })
   await codemods.makeUsingStub(stubsRoot, 'start/payouts.stub', { transmit: hasTransmit })
 
@@ -87,7 +87,7 @@ export async function configure(command: Configure) {
   const migrations = await readdir(command.app.makePath('database/migrations')).catch(() => [])
   if (!migrations.some((file) => file.endsWith('_create_payouts_tables.ts'))) {
     await codemods.makeUsingStub(stubsRoot, 'migrations/create_payouts_tables.stub', {
-      prefix: TABLE_PREFIX,
+      prefix: DEFAULT_TABLE_PREFIX,
       migration: {
         folder: 'database/migrations',
         fileName: `${Date.now()}_create_payouts_tables.ts`,
@@ -138,7 +138,7 @@ export async function configure(command: Configure) {
 
   const csrfDone = await exceptFromCsrf(command, await codemods.getTsMorphProject())
   if (!csrfDone) {
-    command.logger.warning(`Add '${WEBHOOK_PATH}' to csrf.exceptRoutes in config/shield.ts`)
+    command.logger.warning(`Add '${DEFAULT_WEBHOOK_PATH}' to csrf.exceptRoutes in config/shield.ts`)
   }
 
   command.logger.success('Payouts configured. Next steps:')
@@ -146,7 +146,9 @@ export async function configure(command: Configure) {
     command.logger.log('  - Set PAYOUTS_API_KEY (sk_test_... for the sandbox) in .env')
   }
   command.logger.log('  - node ace migration:run')
-  command.logger.log(`  - node ace payouts:webhooks:create --url https://your.app${WEBHOOK_PATH}`)
+  command.logger.log(
+    `  - node ace payouts:webhooks:create --url https://your.app${DEFAULT_WEBHOOK_PATH}`
+  )
   if (hasTransmit) {
     command.logger.log(
       '  - Decide who may watch payouts: the channel callbacks in start/payouts.ts'

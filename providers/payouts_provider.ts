@@ -1,4 +1,5 @@
 import type { ApplicationService } from '@adonisjs/core/types'
+import type { PayoutsConfig } from '../src/define_config.ts'
 import { PayoutsService } from '../src/service/payouts_service.ts'
 import '../src/types/extended.ts'
 
@@ -8,15 +9,52 @@ import '../src/types/extended.ts'
  */
 export default class PayoutsProvider {
   #service?: PayoutsService
+  #config?: PayoutsConfig
 
   constructor(protected app: ApplicationService) {}
 
   register() {
-    this.app.container.singleton(PayoutsService, async (resolver) => {
+    this.registerService()
+  }
+
+  async boot() {
+    await this.pointModelsAtConfiguredTables()
+    await this.skipBodyParserOnWebhookRoute()
+  }
+
+  async ready() {
+    await this.startBackgroundWork()
+  }
+
+  /** Closes the client's keep-alive sockets and the service's timers. */
+  async shutdown() {
+    await this.#service?.close()
+  }
+
+  /**
+   * `config/payouts.ts` through `defineConfig`, once. Validated here too, so a plain
+   * object (or a config edited by hand) is reported with its key.
+   */
+  async #validatedConfig(): Promise<PayoutsConfig> {
+    if (!this.#config) {
       const { defineConfig } = await import('../src/define_config.ts')
-      // Validated again here so a plain object (or a config edited by hand) is reported
-      // with its key at boot, not at the first API call.
-      const config = defineConfig(this.app.config.get('payouts'))
+      this.#config = defineConfig(this.app.config.get('payouts'))
+    }
+    return this.#config
+  }
+
+  /**
+   * The validated config for the boot steps, or null when it is invalid: those steps are
+   * then skipped, and resolving the service reports the offending key.
+   */
+  #configIfValid(): Promise<PayoutsConfig | null> {
+    return this.#validatedConfig().catch(() => null)
+  }
+
+  /** The service as a lazy singleton, by class and as `payouts.manager`. */
+  protected registerService() {
+    this.app.container.singleton(PayoutsService, async (resolver) => {
+      const config = await this.#validatedConfig()
       const logger = await resolver.make('logger')
       const emitter = await resolver.make('emitter')
       const hasLucid = this.app.container.hasBinding('lucid.db')
@@ -31,43 +69,40 @@ export default class PayoutsProvider {
     this.app.container.alias('payouts.manager', PayoutsService)
   }
 
+  /** Points the models at the configured tables before any host code queries them. */
+  protected async pointModelsAtConfiguredTables() {
+    if (!this.app.container.hasBinding('lucid.db')) return
+    const config = await this.#configIfValid()
+    if (!config?.ledger.enabled) return
+    const { configureModels } = await import('../src/models/main.ts')
+    configureModels(config.ledger.tablePrefix, config.ledger.connection)
+  }
+
   /**
-   * Points the models at the configured tables, and swaps the stock bodyparser for one that skips the webhook route, so its handler reads
+   * Swaps the stock bodyparser for one that skips the webhook route, so its handler reads
    * the untouched request stream (the host app's kernel stays as it is).
    */
-  async boot() {
-    // Models point at the configured prefix before any host code queries them.
-    const ledger = this.app.config.get('payouts.ledger', {}) as {
-      enabled?: boolean
-      tablePrefix?: string
-      connection?: string
-    }
-    if (ledger.enabled !== false && this.app.container.hasBinding('lucid.db')) {
-      const { configureModels } = await import('../src/models/main.ts')
-      configureModels(ledger.tablePrefix ?? 'svc_', ledger.connection)
-    }
-
+  protected async skipBodyParserOnWebhookRoute() {
+    const config = await this.#configIfValid()
+    if (!config) return
     const { default: BodyParserMiddleware } = await import('@adonisjs/core/bodyparser_middleware')
     const { createSkippingBodyParser } = await import('../src/webhooks/skipping_bodyparser.ts')
-    const path = () => this.app.config.get('payouts.webhook.path', '/webhooks/payouts') as string
-    const Skipping = createSkippingBodyParser(path)
+    const Skipping = createSkippingBodyParser(() => config.webhook.path)
     this.app.container.singleton(BodyParserMiddleware, () => {
       return new Skipping(this.app.config.get('bodyparser'), this.app.experimentalFlags)
     })
   }
 
-  /** In the web process, retry due inbox rows on an interval (config webhook.retryIntervalMs). */
-  async ready() {
+  /**
+   * In the web process: the inbox worker (config webhook.retryIntervalMs), the WebSocket
+   * source when configured, and the jobs when enabled.
+   */
+  protected async startBackgroundWork() {
     if (this.app.getEnvironment() !== 'web' || !this.app.container.hasBinding('lucid.db')) return
     const service = await this.app.container.make(PayoutsService)
     if (!service.config.ledger.enabled) return
     service.startInboxWorker()
     if (service.config.events.sources !== 'webhooks') await service.startStream()
     if (service.config.jobs.enabled) await service.startJobs()
-  }
-
-  /** Closes the client's keep-alive sockets and the service's timers. */
-  async shutdown() {
-    await this.#service?.close()
   }
 }

@@ -1,6 +1,7 @@
 import { z } from 'zod'
 import { API_KEY_PATTERN } from './schemas/common.ts'
 import { E_INVALID_PAYOUTS_CONFIG } from './errors.ts'
+import { DEFAULT_TABLE_PREFIX, DEFAULT_WEBHOOK_PATH } from './constants.ts'
 
 const retrySchema = z
   .object({
@@ -13,7 +14,7 @@ const retrySchema = z
      */
     maxRetryAfterMs: z.number().int().positive().default(120_000),
   })
-  .default({ maxRetries: 5, baseDelayMs: 1000, jitter: 0.2, maxRetryAfterMs: 120_000 })
+  .prefault({})
 
 /** The shape `config/payouts.ts` is validated against at boot. */
 export const payoutsConfigSchema = z.object({
@@ -30,7 +31,7 @@ export const payoutsConfigSchema = z.object({
   paths: z.record(z.string(), z.string()).optional(),
   webhook: z
     .object({
-      path: z.string().startsWith('/').default('/webhooks/payouts'),
+      path: z.string().startsWith('/').default(DEFAULT_WEBHOOK_PATH),
       secret: z.string().startsWith('whsec_').optional(),
       /**
        * A rotation done outside the plugin: the old secret stays accepted until
@@ -62,14 +63,7 @@ export const payoutsConfigSchema = z.object({
       path: ['previousSecretValidUntil'],
       message: 'is required with webhook.previousSecret: the end of its grace window',
     })
-    .default({
-      path: '/webhooks/payouts',
-      toleranceSeconds: 300,
-      maxBodyBytes: 256 * 1024,
-      retryIntervalMs: 5000,
-      processBatchSize: 100,
-      ackTimeoutMs: 5000,
-    }),
+    .prefault({}),
   events: z
     .object({
       /** Which sources feed the ledger: signed webhooks, the WebSocket stream, or both. */
@@ -85,12 +79,7 @@ export const payoutsConfigSchema = z.object({
        */
       listenerTimeoutMs: z.number().int().positive().default(10_000),
     })
-    .default({
-      sources: 'webhooks',
-      reconnectBaseMs: 1000,
-      reconnectMaxMs: 30_000,
-      listenerTimeoutMs: 10_000,
-    }),
+    .prefault({}),
   reconcile: z
     .object({
       staleAfterMs: z
@@ -101,7 +90,7 @@ export const payoutsConfigSchema = z.object({
       batchSize: z.number().int().positive().default(50),
       budgetShare: z.number().gt(0).max(1).default(0.5),
     })
-    .default({ staleAfterMs: 5 * 60_000, batchSize: 50, budgetShare: 0.5 }),
+    .prefault({}),
   jobs: z
     .object({
       /** Run the jobs on intervals in the web process; false leaves them to cron or a worker. */
@@ -141,23 +130,13 @@ export const payoutsConfigSchema = z.object({
         .positive()
         .default(10 * 60_000),
     })
-    .default({
-      enabled: true,
-      reconcileEveryMs: 60_000,
-      escrowEveryMs: 60_000,
-      recoverEveryMs: 60_000,
-      escrowConfirmAfterMinutes: 10,
-      escrowMaxAttempts: 3,
-      escrowRetryBackoffMs: 5 * 60_000,
-      stuckAfterMs: 24 * 3600_000,
-      runTimeoutMs: 10 * 60_000,
-    }),
+    .prefault({}),
   transmit: z
     .object({
       payoutChannel: z.string().includes(':payoutId').default('payouts/:payoutId'),
       ownerChannel: z.string().includes(':ownerId').default('payouts/owners/:ownerId'),
     })
-    .default({ payoutChannel: 'payouts/:payoutId', ownerChannel: 'payouts/owners/:ownerId' }),
+    .prefault({}),
   ledger: z
     .object({
       enabled: z.boolean().default(true),
@@ -165,7 +144,7 @@ export const payoutsConfigSchema = z.object({
       tablePrefix: z
         .string()
         .regex(/^[a-z0-9_]*$/)
-        .default('svc_'),
+        .default(DEFAULT_TABLE_PREFIX),
       /**
        * How long one of the plugin's transactions (inbox processing, applying a batch,
        * storing an execute) may take. Past it the transaction is abandoned and its
@@ -173,7 +152,7 @@ export const payoutsConfigSchema = z.object({
        */
       transactionTimeoutMs: z.number().int().positive().default(30_000),
     })
-    .default({ enabled: true, tablePrefix: 'svc_', transactionTimeoutMs: 30_000 }),
+    .prefault({}),
 })
 
 export type PayoutsConfigInput = z.input<typeof payoutsConfigSchema>

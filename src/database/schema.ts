@@ -1,7 +1,8 @@
 import type { Knex } from 'knex'
+import { DEFAULT_TABLE_PREFIX } from '../constants.ts'
 
 /** Table names of the plugin, prefixed (`svc_` by default). */
-export function tableNames(prefix = 'svc_') {
+export function tableNames(prefix = DEFAULT_TABLE_PREFIX) {
   return {
     payouts: `${prefix}payouts`,
     payoutEvents: `${prefix}payout_events`,
@@ -20,7 +21,7 @@ export function tableNames(prefix = 'svc_') {
  * strings (VARCHAR): never a float on any database, SQLite included, whose NUMERIC
  * affinity would turn "0.1" into a REAL.
  */
-export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = 'svc_') {
+export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
   const t = tableNames(prefix)
   const money = (table: Knex.CreateTableBuilder, name: string) => table.string(name, 64).nullable()
   return schema
@@ -166,7 +167,7 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = 'svc_')
 }
 
 /** Drops the plugin's tables (the migration's `down`). */
-export function dropPayoutsTables(schema: Knex.SchemaBuilder, prefix = 'svc_') {
+export function dropPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
   const t = tableNames(prefix)
   return schema
     .dropTableIfExists(t.locks)

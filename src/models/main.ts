@@ -1,3 +1,4 @@
+import { DEFAULT_TABLE_PREFIX } from '../constants.ts'
 import { tableNames } from '../database/schema.ts'
 import EscrowDeposit from './escrow_deposit.ts'
 import ExecutionIntent from './execution_intent.ts'
@@ -9,7 +10,7 @@ import WebhookDelivery from './webhook_delivery.ts'
 export { EscrowDeposit, ExecutionIntent, Payout, PayoutEvent, Recipient, WebhookDelivery }
 
 /** Points every model at the configured table prefix and connection. */
-export function configureModels(prefix = 'svc_', connection?: string) {
+export function configureModels(prefix = DEFAULT_TABLE_PREFIX, connection?: string) {
   const names = tableNames(prefix)
   Payout.table = names.payouts
   PayoutEvent.table = names.payoutEvents

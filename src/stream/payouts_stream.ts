@@ -1,9 +1,11 @@
 import { WebSocket } from 'undici'
+import debug from '../debug.ts'
 import { parseJsonBytes } from '../schemas/events.ts'
 
-/** What the stream hands to the pipeline: the raw message and its source. */
+/** What the stream hands to the pipeline: the raw bytes of one event message. */
 export type StreamMessageHandler = (raw: Buffer) => Promise<void>
 
+/** Where the stream connects, how it authenticates, and where its messages go. */
 export interface PayoutsStreamOptions {
   /** wss://host/ws (or ws:// for the emulator). */
   url: string
@@ -31,8 +33,6 @@ export class PayoutsStream {
   #connectedOnce = false
   #timer?: NodeJS.Timeout
   #authenticated = false
-  /** Connections opened so far; tests and `payouts:status` read it. */
-  connections = 0
 
   constructor(options: PayoutsStreamOptions) {
     this.#options = options
@@ -53,11 +53,11 @@ export class PayoutsStream {
 
   #connect() {
     this.#state = 'connecting'
+    debug('stream connecting (attempt %d)', this.#attempt)
     const socket = new WebSocket(this.#options.url)
     this.#socket = socket
     socket.binaryType = 'arraybuffer'
     socket.addEventListener('open', () => {
-      this.connections++
       this.#state = 'open'
       socket.send(JSON.stringify({ type: 'auth', apiKey: this.#options.apiKey }))
     })
@@ -108,6 +108,7 @@ export class PayoutsStream {
     const reconnected = this.#connectedOnce
     this.#connectedOnce = true
     this.#options.logger?.info({ reconnected }, 'payouts stream authenticated')
+    debug('stream authenticated (reconnected: %s)', reconnected)
     if (reconnected && this.#options.onReconnect) await this.#options.onReconnect()
   }
 
@@ -118,6 +119,7 @@ export class PayoutsStream {
     const random = this.#options.random ?? Math.random
     const delay = Math.min(max, base * 2 ** this.#attempt) * (1 + jitter * (2 * random() - 1))
     this.#attempt++
+    debug('stream reconnects in %d ms', Math.round(delay))
     this.#state = 'connecting'
     this.#timer = setTimeout(() => this.#connect(), Math.max(0, delay))
   }

@@ -1,6 +1,7 @@
 import type { Logger } from '@adonisjs/core/logger'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { isDeadlineError, withDeadline } from '../database/deadline.ts'
+import debug from '../debug.ts'
 import { eventEnvelopeSchema, parseJsonBytes, type EventEnvelope } from '../schemas/events.ts'
 import type { InboxRow, InboxStore, InboxVerdict } from './inbox_store.ts'
 import { PermanentEventError } from './event_mapper.ts'
@@ -20,6 +21,7 @@ export type InboxBatchHandler = (
   items: Array<{ envelope: EventEnvelope; row: InboxRow }>
 ) => Promise<{ verdicts: InboxVerdict[]; afterCommit: () => Promise<void> }>
 
+/** The inbox, the handlers that apply its events, and the retry and batch bounds. */
 export interface InboxProcessorOptions {
   store: Pick<
     InboxStore,
@@ -143,6 +145,7 @@ export class InboxProcessor {
       return -1
     }
     if (!outcome) return 0
+    debug('inbox: %d deliveries processed in one transaction', outcome.rows.length)
     for (const [index, verdict] of outcome.verdicts.entries()) {
       if (verdict.state === 'dead') {
         logger.warn(
@@ -213,6 +216,7 @@ export class InboxProcessor {
     const { store, logger } = this.#options
     try {
       const note = await this.#step(this.#options.handler(envelope, row), 'inbox event')
+      debug('inbox: delivery %s processed (%s)', row.deliveryId, note ?? 'applied')
       if (!note) return true
       await this.#step(store.markProcessed([row.id], note), 'inbox mark')
       return false

@@ -10,6 +10,7 @@ export interface SecretCipher {
   decrypt<T = string>(value: string): T | null
 }
 
+/** A subscription's signing secrets as stored here, decrypted. */
 export interface StoredSubscription {
   subscriptionId: string
   url: string

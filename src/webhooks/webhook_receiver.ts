@@ -1,6 +1,7 @@
 import type { HttpContext } from '@adonisjs/core/http'
 import type { Logger } from '@adonisjs/core/logger'
 import { isDeadlineError, withDeadline } from '../database/deadline.ts'
+import debug from '../debug.ts'
 import { verifySignature } from '../signature/main.ts'
 import { BodyTooLargeError, readRawBody } from './raw_body.ts'
 import type { InboxStore } from './inbox_store.ts'
@@ -56,6 +57,7 @@ export class WebhookReceiver {
     if (!deliveryId || !DELIVERY_ID.test(deliveryId)) {
       return this.#reject(response, 'missing or malformed Svc-Delivery-Id')
     }
+    debug('webhook %s received (%d bytes)', deliveryId, raw.length)
     const remaining = ackTimeoutMs - (Date.now() - startedAt)
     let outcome: 'stored' | 'duplicate' | 'rejected'
     try {
@@ -72,6 +74,7 @@ export class WebhookReceiver {
       )
       return response.status(503).send({ error: 'temporarily unavailable' })
     }
+    debug('webhook %s %s', deliveryId, outcome)
     if (outcome === 'rejected') return
     if (outcome === 'duplicate') {
       return response.status(200).send({ received: true, duplicate: true })

@@ -1,0 +1,140 @@
+import type { Logger } from '@adonisjs/core/logger'
+import type { PayoutsConfig } from '../define_config.ts'
+import debug from '../debug.ts'
+import type { JobLocks } from '../jobs/locks.ts'
+import type { JobScheduler } from '../jobs/scheduler.ts'
+import type { PayoutsStream } from '../stream/payouts_stream.ts'
+import type { ServiceParts } from './wiring.ts'
+
+/** What the background work needs from the service. */
+export interface BackgroundWorkOptions {
+  config: PayoutsConfig
+  logger: Logger
+  parts: () => Promise<ServiceParts>
+  /** What each job runs: the service's own methods, so a job does what its command does. */
+  jobs: Record<'reconcile' | 'escrow' | 'recover', () => Promise<unknown>>
+  /** Runs after every stream reconnect: reads what may have changed while it was down. */
+  catchUp: () => Promise<unknown>
+}
+
+/**
+ * What runs in the web process without a request: the inbox worker's timer, the jobs'
+ * scheduler and its locks, the WebSocket source. Each starts once; `stop` ends them all.
+ */
+export class BackgroundWork {
+  #options: BackgroundWorkOptions
+  #inboxTimer?: NodeJS.Timeout
+  #stream?: PayoutsStream
+  #scheduler?: JobScheduler
+  #jobLocks?: JobLocks
+
+  constructor(options: BackgroundWorkOptions) {
+    this.#options = options
+  }
+
+  /**
+   * Retries due inbox rows on an interval, and fires the events of changes a killed process
+   * committed but never told (the outbox). 0 or less starts nothing.
+   */
+  startInboxWorker(intervalMs: number) {
+    if (intervalMs <= 0 || this.#inboxTimer) return
+    const { parts, logger } = this.#options
+    this.#inboxTimer = setInterval(() => {
+      parts()
+        .then(({ processor, ledger }) => {
+          processor.kick()
+          return ledger.renotify()
+        })
+        .catch((error) => logger.error({ err: error }, 'payouts inbox worker failed'))
+    }, intervalMs)
+    this.#inboxTimer.unref()
+  }
+
+  /** Starts the jobs on their intervals, each guarded by a lock shared by all instances. */
+  async startJobs(): Promise<JobScheduler> {
+    if (this.#scheduler) return this.#scheduler
+    const { config, logger, jobs: run } = this.#options
+    const { db } = await this.#options.parts()
+    const { createJobLocks } = await import('../jobs/locks.ts')
+    const { JobScheduler } = await import('../jobs/scheduler.ts')
+    const { tableNames } = await import('../database/schema.ts')
+    const { connection, tablePrefix } = config.ledger
+    const { jobs } = config
+    const locks = await createJobLocks({
+      redis: jobs.redis,
+      db,
+      connection,
+      tableName: tableNames(tablePrefix).locks,
+      logger,
+    })
+    this.#jobLocks = locks
+    const job = (name: keyof typeof run, intervalMs: number) => ({
+      name,
+      intervalMs,
+      run: () => {
+        debug('job %s starts', name)
+        return run[name]()
+      },
+    })
+    this.#scheduler = new JobScheduler({
+      locks: locks.locks,
+      logger,
+      runTimeoutMs: jobs.runTimeoutMs,
+      onRun: (name, result) => debug('job %s ran: %o', name, result),
+      jobs: [
+        job('reconcile', jobs.reconcileEveryMs),
+        job('escrow', jobs.escrowEveryMs),
+        job('recover', jobs.recoverEveryMs),
+      ],
+    })
+    this.#scheduler.start()
+    logger.info(
+      {
+        locks: locks.store,
+        intervals: {
+          reconcile: jobs.reconcileEveryMs,
+          escrow: jobs.escrowEveryMs,
+          recover: jobs.recoverEveryMs,
+        },
+      },
+      'payouts jobs started'
+    )
+    return this.#scheduler
+  }
+
+  /** Connects the WebSocket source at `url`; its messages go into the inbox. */
+  async startStream(url: string): Promise<PayoutsStream> {
+    if (this.#stream) return this.#stream
+    const { PayoutsStream } = await import('../stream/payouts_stream.ts')
+    const { streamToInbox } = await import('./pipeline.ts')
+    const { config, logger, catchUp } = this.#options
+    const { inbox, processor } = await this.#options.parts()
+    this.#stream = new PayoutsStream({
+      url,
+      apiKey: config.apiKey,
+      backoff: { baseMs: config.events.reconnectBaseMs, maxMs: config.events.reconnectMaxMs },
+      logger: {
+        info: (obj, msg) => logger.info(obj, msg),
+        warn: (obj, msg) => logger.warn(obj, msg),
+      },
+      onMessage: streamToInbox(inbox, processor),
+      onReconnect: async () => {
+        await catchUp()
+      },
+    })
+    this.#stream.start()
+    return this.#stream
+  }
+
+  /** Stops the jobs, releases their locks, closes the socket and clears the timer. */
+  async stop() {
+    await this.#scheduler?.stop()
+    this.#scheduler = undefined
+    await this.#jobLocks?.close()
+    this.#jobLocks = undefined
+    await this.#stream?.stop()
+    this.#stream = undefined
+    clearInterval(this.#inboxTimer)
+    this.#inboxTimer = undefined
+  }
+}

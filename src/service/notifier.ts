@@ -1,0 +1,125 @@
+import type { Logger } from '@adonisjs/core/logger'
+import type { EmitterService, EventsList } from '@adonisjs/core/types'
+import { isDeadlineError, withDeadline } from '../database/deadline.ts'
+import type { PayoutsConfig } from '../define_config.ts'
+import type { PayoutChange } from '../ledger/payout_ledger.ts'
+import type { EscrowEvent, PayoutChangedEvent } from '../types/events.ts'
+import {
+  changeEventNames,
+  withEventKey,
+  type PayoutsEventName,
+  type PayoutsEventPayload,
+} from './app_events.ts'
+
+/** The part of Transmit the service uses (structural, so Transmit stays optional). */
+export interface ChannelBroadcaster<Ctx = any> {
+  authorize<Params extends Record<string, string>>(
+    channel: string,
+    callback: (ctx: Ctx, params: Params) => boolean | Promise<boolean>
+  ): void
+  broadcast(channel: string, payload?: any): void
+}
+
+/** Host-app callbacks deciding who may listen; a missing one denies everybody. */
+export interface ChannelAuthorizers<Ctx = any> {
+  payout?: (ctx: Ctx, payoutId: string) => boolean | Promise<boolean>
+  owner?: (ctx: Ctx, ownerId: string) => boolean | Promise<boolean>
+}
+
+/** What the notifier needs: the config's event and channel settings, a logger, the emitter. */
+export interface PayoutsNotifierOptions {
+  config: Pick<PayoutsConfig, 'events' | 'transmit'>
+  logger: Logger
+  emitter?: EmitterService
+}
+
+/**
+ * What the host app hears of committed work: typed app events on its emitter and the
+ * public fields of each change on Transmit. Everything here runs after COMMIT; each event
+ * and each channel's broadcast is attempted on its own, and a failure is logged, never
+ * thrown back at the work that committed.
+ */
+export class PayoutsNotifier {
+  #options: PayoutsNotifierOptions
+  #transmit?: ChannelBroadcaster
+
+  constructor(options: PayoutsNotifierOptions) {
+    this.#options = options
+  }
+
+  /**
+   * One app event, with its key. Its listeners' failure is logged and goes no further: the
+   * work it reports is committed (neither undone nor repeated), and the events and broadcasts
+   * after it are still attempted. AdonisJS's emitter starts every listener of the event, so a
+   * throwing one stops neither the others nor this event's later ones.
+   */
+  async emit<Name extends PayoutsEventName>(name: Name, payload: PayoutsEventPayload<Name>) {
+    const { emitter, logger, config } = this.#options
+    const data = withEventKey(name, payload)
+    try {
+      const emitting = emitter?.emit(name, data as EventsList[Name])
+      if (emitting) {
+        await withDeadline(emitting, config.events.listenerTimeoutMs, `listeners of ${name}`)
+      }
+    } catch (error) {
+      logger.error(
+        { err: error, event: name, eventKey: data.eventKey, timedOut: isDeadlineError(error) },
+        'payouts listener failed'
+      )
+    }
+  }
+
+  /**
+   * A committed change: the escrow deposit it showed first (the payout moved because the
+   * service had it), then the change's app events in order, then its broadcasts.
+   */
+  async changed(change: PayoutChange, event: PayoutChangedEvent, deposit: EscrowEvent | null) {
+    if (deposit) await this.emit('payouts:escrow_confirmed', deposit)
+    for (const name of changeEventNames(change)) await this.emit(name, event)
+    this.#broadcast(event)
+  }
+
+  /**
+   * A payout that just got its owner: the owner's listeners missed its changes so far, so
+   * its current position goes out on the owner's channel once (no app event: those fired).
+   */
+  ownerAttached(event: PayoutChangedEvent) {
+    this.#broadcast(event, { ownerOnly: true })
+  }
+
+  /**
+   * Authorizes the payout channels on Transmit and starts re-broadcasting every applied
+   * change there. Without a callback for a channel, nobody may listen to it.
+   */
+  registerChannels(transmit: ChannelBroadcaster, authorizers: ChannelAuthorizers = {}) {
+    const { payoutChannel, ownerChannel } = this.#options.config.transmit
+    transmit.authorize<{ payoutId: string }>(payoutChannel, (ctx, params) =>
+      authorizers.payout ? authorizers.payout(ctx, params.payoutId) : false
+    )
+    transmit.authorize<{ ownerId: string }>(ownerChannel, (ctx, params) =>
+      authorizers.owner ? authorizers.owner(ctx, params.ownerId) : false
+    )
+    this.#transmit = transmit
+  }
+
+  /** Public fields only, on the payout's channel and its owner's; each channel attempted. */
+  #broadcast(event: PayoutChangedEvent, options: { ownerOnly?: boolean } = {}) {
+    if (!this.#transmit) return
+    const { payoutChannel, ownerChannel } = this.#options.config.transmit
+    const payload = JSON.parse(JSON.stringify(event))
+    const channels = [
+      ...(options.ownerOnly ? [] : [payoutChannel.replace(':payoutId', event.payoutId)]),
+      ...(event.ownerId ? [ownerChannel.replace(':ownerId', event.ownerId)] : []),
+    ]
+    for (const channel of channels) {
+      try {
+        this.#transmit.broadcast(channel, payload)
+      } catch (error) {
+        this.#options.logger.error(
+          { err: error, channel, eventId: event.eventId },
+          'payouts broadcast failed'
+        )
+      }
+    }
+  }
+}

@@ -1,0 +1,160 @@
+import type { Logger } from '@adonisjs/core/logger'
+import type { EmitterService } from '@adonisjs/core/types'
+import type { Database } from '@adonisjs/lucid/database'
+import { PayoutsClient } from '../client/main.ts'
+import type { PayoutsConfig } from '../define_config.ts'
+import type { EscrowFallback } from '../jobs/escrow_fallback.ts'
+import type { Reconciler } from '../jobs/reconciler.ts'
+import type { PayoutExecutor } from '../ledger/payout_executor.ts'
+import type { PayoutLedger } from '../ledger/payout_ledger.ts'
+import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
+import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
+import type { InboxStore } from '../webhooks/inbox_store.ts'
+import type { SecretCipher, SecretStore } from '../webhooks/secret_store.ts'
+import type { PayoutsNotifier } from './notifier.ts'
+
+/** What the service needs from the host app; all resolved lazily. */
+export interface PayoutsServiceDeps {
+  logger: Logger
+  emitter?: EmitterService
+  /** The app's encryption (APP_KEY), for signing secrets stored by the commands. */
+  encryption?: () => Promise<SecretCipher>
+  /** The app's Lucid database; required by the ledger and the webhook inbox. */
+  database?: () => Promise<Database>
+}
+
+/** The objects behind the service, each built once and sharing one database. */
+export interface ServiceParts {
+  db: Database
+  /** Null without the app's encryption: then no secret can be stored. */
+  secrets: SecretStore | null
+  reconciler: Reconciler
+  escrow: EscrowFallback
+  ledger: PayoutLedger
+  executor: PayoutExecutor
+  recipients: RecipientsMirror
+  inbox: InboxStore
+  processor: InboxProcessor
+}
+
+/** The framework-free API client, configured from the plugin's config and logging to the app. */
+export function createClient(config: PayoutsConfig, logger: Logger): PayoutsClient {
+  return new PayoutsClient({
+    apiKey: config.apiKey,
+    baseUrl: config.baseUrl,
+    environment: config.environment,
+    timeoutMs: config.timeoutMs,
+    retry: config.retry,
+    rateLimiter: config.clientRateLimiter,
+    paths: config.paths,
+    allowInsecureLoopbackWebhooks: config.allowInsecureLoopbackWebhooks,
+    logger: {
+      debug: (obj, msg) => logger.debug(obj, msg),
+      warn: (obj, msg) => logger.warn(obj, msg),
+    },
+  })
+}
+
+/** Everything `buildParts` wires together. */
+export interface WiringInput {
+  config: PayoutsConfig
+  deps: PayoutsServiceDeps & { database: () => Promise<Database> }
+  client: PayoutsClient
+  notifier: PayoutsNotifier
+}
+
+/**
+ * Builds the ledger, the executor, the inbox and its processor, the jobs' workers and the
+ * secret store, once, on the app's database. Lucid and the models are loaded here, not
+ * before, so commands that do not need them start fast.
+ */
+export async function buildParts({
+  config,
+  deps,
+  client,
+  notifier,
+}: WiringInput): Promise<ServiceParts> {
+  const [
+    { configureModels },
+    { tableNames },
+    { PayoutLedger },
+    { PayoutExecutor },
+    { RecipientsMirror },
+    { InboxStore },
+    { SecretStore },
+    { Reconciler },
+    { EscrowFallback },
+    pipeline,
+  ] = await Promise.all([
+    import('../models/main.ts'),
+    import('../database/schema.ts'),
+    import('../ledger/payout_ledger.ts'),
+    import('../ledger/payout_executor.ts'),
+    import('../ledger/recipients_mirror.ts'),
+    import('../webhooks/inbox_store.ts'),
+    import('../webhooks/secret_store.ts'),
+    import('../jobs/reconciler.ts'),
+    import('../jobs/escrow_fallback.ts'),
+    import('./pipeline.ts'),
+  ])
+  const { logger } = deps
+  const { tablePrefix, connection, transactionTimeoutMs } = config.ledger
+  const tables = tableNames(tablePrefix)
+  configureModels(tablePrefix, connection)
+  const db = await deps.database()
+
+  const escrow = new EscrowFallback({
+    db,
+    client,
+    connection,
+    confirmAfterMinutes: config.jobs.escrowConfirmAfterMinutes,
+    maxAttempts: config.jobs.escrowMaxAttempts,
+    retryBackoffMs: config.jobs.escrowRetryBackoffMs,
+    onConfirmed: (event) => notifier.emit('payouts:escrow_confirmed', event),
+    onFailed: (event) => {
+      logger.error(
+        { quoteId: event.quoteId, attempts: event.attempts, code: event.code },
+        'payouts escrow confirmation failed'
+      )
+      return notifier.emit('payouts:escrow_confirmation_failed', event)
+    },
+  })
+  const hooks = await pipeline.notifyAfterCommit({ notifier, escrow, logger })
+  const ledger = new PayoutLedger(db, hooks, connection, transactionTimeoutMs)
+  const executor = new PayoutExecutor({ db, ledger, client, connection, transactionTimeoutMs })
+  const inbox = new InboxStore(db, tables.webhookDeliveries, connection, {
+    insertTimeoutMs: config.webhook.ackTimeoutMs,
+    transactionTimeoutMs,
+  })
+  const processor = pipeline.processStoredEvents({
+    inbox,
+    ledger,
+    logger,
+    batchSize: config.webhook.processBatchSize,
+    stepTimeoutMs: transactionTimeoutMs,
+  })
+  const recipients = new RecipientsMirror(client, connection)
+  const reconciler = new Reconciler({
+    db,
+    ledger,
+    client,
+    connection,
+    ...config.reconcile,
+    stuckAfterMs: config.jobs.stuckAfterMs,
+    onStuck: (event) => notifier.emit('payouts:stuck', event),
+  })
+  const cipher = await deps.encryption?.()
+  const secrets = cipher
+    ? new SecretStore(
+        db,
+        tables.webhookSecrets,
+        cipher,
+        connection,
+        undefined,
+        // Half the route's bound: a load given up leaves the other half to answer 503,
+        // and a delivery arriving after that starts a fresh load.
+        Math.ceil(config.webhook.ackTimeoutMs / 2)
+      )
+    : null
+  return { db, ledger, executor, recipients, reconciler, escrow, inbox, processor, secrets }
+}
