@@ -19,7 +19,8 @@ import EscrowDeposit from '../models/escrow_deposit.ts'
 import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
 import type Payout from '../models/payout.ts'
 import { mapExecuteStatus } from './state_machine.ts'
-import type { AppliedBatch, PayoutLedger } from './payout_ledger.ts'
+import type { PayoutLedger } from './payout_ledger.ts'
+import type { AppliedBatch } from './vocabulary.ts'
 
 /** What `execute` returns: the typed API result, the local row and the intent. */
 export interface ExecutedPayout {
@@ -163,7 +164,7 @@ export class PayoutExecutor {
   /** Stores the response, the payout and (stablecoin) the escrow row in one transaction. */
   async #store(intent: ExecutionIntent, result: ExecuteResult): Promise<ExecutedPayout> {
     const { ledger } = this.#options
-    let stored: AppliedBatch | undefined
+    let stored: AppliedBatch<Payout> | undefined
     // Bounded: a store that stalls fails this call, and the intent stays for recovery to
     // re-send with its key (the service answers the original payout again).
     const payout = await boundedTransaction(

@@ -13,7 +13,8 @@ import {
   E_WEBHOOK_SUBSCRIPTION_NOT_FOUND,
 } from '../errors.ts'
 import type { PayoutExecutor } from '../ledger/payout_executor.ts'
-import type { PayoutChange, PayoutLedger, PayoutObservation } from '../ledger/payout_ledger.ts'
+import type { PayoutLedger } from '../ledger/payout_ledger.ts'
+import type { PayoutChange, PayoutObservation } from '../ledger/vocabulary.ts'
 import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
 import type { Reconciler } from '../jobs/reconciler.ts'
 import type { EscrowFallback } from '../jobs/escrow_fallback.ts'
@@ -141,7 +142,7 @@ export class PayoutsService {
     const { Reconciler } = await import('../jobs/reconciler.ts')
     const { SecretStore } = await import('../webhooks/secret_store.ts')
     const { EscrowFallback } = await import('../jobs/escrow_fallback.ts')
-    const { toChangedEvent } = await import('../ledger/payout_ledger.ts')
+    const { toChangedEvent } = await import('../ledger/vocabulary.ts')
     const { tablePrefix, connection } = this.config.ledger
     configureModels(tablePrefix, connection)
     const db = await this.#deps.database!()
