@@ -15,10 +15,10 @@ import {
 } from '../client/payouts_client.ts'
 import type { ExecuteResult } from '../schemas/resources.ts'
 import { dbDate } from '../database/dates.ts'
-import EscrowDeposit from '../models/escrow_deposit.ts'
 import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
 import type Payout from '../models/payout.ts'
 import { mapExecuteStatus } from './state_machine.ts'
+import { createEscrowDeposit } from './escrow_deposits.ts'
 import type { PayoutLedger } from './payout_ledger.ts'
 import type { AppliedBatch } from './vocabulary.ts'
 
@@ -29,6 +29,7 @@ export interface ExecutedPayout {
   intent: ExecutionIntent
 }
 
+/** What one recovery pass did with the intents it found. */
 export interface RecoverySummary {
   resent: number
   succeeded: number
@@ -37,6 +38,7 @@ export interface RecoverySummary {
   flagged: number
 }
 
+/** What the executor needs: the ledger to store responses, and the client to send. */
 export interface PayoutExecutorOptions {
   db: Database
   ledger: PayoutLedger
@@ -204,22 +206,7 @@ export class PayoutExecutor {
             },
           },
         ])
-        if (result.flow === 'stablecoin_to_fiat') {
-          // Created once: a second store of the same response (a recovery racing the
-          // original call) must not reset a deposit already recorded or confirmed.
-          await EscrowDeposit.firstOrCreate(
-            { quoteId: result.quoteId },
-            {
-              payoutUuid: result.payoutId,
-              escrowAddress: result.escrowAddress,
-              tokenAddress: result.tokenAddress,
-              chainId: result.chainId,
-              amountAtomic: result.depositAmountAtomic.toString(),
-              state: 'awaiting_deposit',
-            },
-            { client: trx }
-          )
-        }
+        if (result.flow === 'stablecoin_to_fiat') await createEscrowDeposit(trx, result)
         intent.useTransaction(trx)
         intent.state = 'succeeded'
         intent.payoutUuid = result.payoutId

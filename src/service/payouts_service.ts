@@ -15,6 +15,7 @@ import {
 import type { PayoutExecutor } from '../ledger/payout_executor.ts'
 import type { PayoutLedger } from '../ledger/payout_ledger.ts'
 import type { PayoutChange, PayoutObservation } from '../ledger/vocabulary.ts'
+import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
 import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
 import type { Reconciler } from '../jobs/reconciler.ts'
 import type { EscrowFallback } from '../jobs/escrow_fallback.ts'
@@ -63,6 +64,7 @@ interface LedgerParts {
   secrets: SecretStore | null
   reconciler: Reconciler
   escrow: EscrowFallback
+  escrowDeposits: EscrowDeposits
   ledger: PayoutLedger
   executor: PayoutExecutor
   recipients: RecipientsMirror
@@ -142,6 +144,7 @@ export class PayoutsService {
     const { Reconciler } = await import('../jobs/reconciler.ts')
     const { SecretStore } = await import('../webhooks/secret_store.ts')
     const { EscrowFallback } = await import('../jobs/escrow_fallback.ts')
+    const { EscrowDeposits } = await import('../ledger/escrow_deposits.ts')
     const { toChangedEvent } = await import('../ledger/vocabulary.ts')
     const { tablePrefix, connection } = this.config.ledger
     configureModels(tablePrefix, connection)
@@ -149,11 +152,11 @@ export class PayoutsService {
     const ledger = new PayoutLedger(
       db,
       {
-        onChange: (change) => this.#onChange(change, toChangedEvent, escrow),
+        onChange: (change) => this.#onChange(change, toChangedEvent, escrowDeposits),
         // The owner's listeners missed the payout's changes so far: its current position.
         onOwnerAttached: (change) => this.#broadcast(toChangedEvent(change), { ownerOnly: true }),
         // A deposit the service detected moves with the payout, in the same COMMIT.
-        inTransaction: (trx, changes) => escrow.confirmDetected(trx, changes),
+        inTransaction: (trx, changes) => escrowDeposits.confirmDetected(trx, changes),
       },
       connection,
       this.config.ledger.transactionTimeoutMs
@@ -216,11 +219,10 @@ export class PayoutsService {
       stuckAfterMs: this.config.jobs.stuckAfterMs,
       onStuck: (event) => this.#emitSafely('payouts:stuck', event),
     })
-    const escrow = new EscrowFallback({
+    const escrowDeposits = new EscrowDeposits({
       db,
       client: this.client,
       connection,
-      confirmAfterMinutes: this.config.jobs.escrowConfirmAfterMinutes,
       maxAttempts: this.config.jobs.escrowMaxAttempts,
       retryBackoffMs: this.config.jobs.escrowRetryBackoffMs,
       onConfirmed: (event) => this.#emitSafely('payouts:escrow_confirmed', event),
@@ -231,6 +233,12 @@ export class PayoutsService {
         )
         return this.#emitSafely('payouts:escrow_confirmation_failed', event)
       },
+    })
+    const escrow = new EscrowFallback({
+      db,
+      deposits: escrowDeposits,
+      connection,
+      confirmAfterMinutes: this.config.jobs.escrowConfirmAfterMinutes,
     })
     const cipher = await this.#deps.encryption?.()
     const secrets = cipher
@@ -245,7 +253,18 @@ export class PayoutsService {
           Math.ceil(this.config.webhook.ackTimeoutMs / 2)
         )
       : null
-    return { db, ledger, executor, recipients, reconciler, escrow, inbox, processor, secrets }
+    return {
+      db,
+      ledger,
+      executor,
+      recipients,
+      reconciler,
+      escrow,
+      escrowDeposits,
+      inbox,
+      processor,
+      secrets,
+    }
   }
 
   /**
@@ -273,7 +292,7 @@ export class PayoutsService {
   async #onChange(
     change: PayoutChange,
     project: (change: PayoutChange) => PayoutChangedEvent,
-    escrow: Pick<EscrowFallback, 'confirmedBy'>
+    escrow: Pick<EscrowDeposits, 'confirmedBy'>
   ) {
     const event = project(change)
     // The deposit first: the payout moved because the service had it.
@@ -512,9 +531,9 @@ export class PayoutsService {
 
   /** The escrow fallback: record the deposit you sent; the job confirms only when allowed. */
   readonly escrow = {
-    recordDeposit: async (...args: Parameters<EscrowFallback['recordDeposit']>) => {
-      const { escrow } = await this.parts()
-      return escrow.recordDeposit(...args)
+    recordDeposit: async (...args: Parameters<EscrowDeposits['record']>) => {
+      const { escrowDeposits } = await this.parts()
+      return escrowDeposits.record(...args)
     },
     /** Runs the fallback once, now. */
     confirmDue: async () => {
