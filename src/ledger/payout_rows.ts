@@ -37,7 +37,7 @@ export async function insertPendingPayouts(
 
 /**
  * A detached copy of a payout's attributes as they are now (never saved): what a change
- * reports while the row itself moves on, or is told under another id.
+ * reports while the row itself moves on, or when it goes out under a merged read id.
  */
 export function snapshotOf(row: Payout): Payout {
   const copy = new Payout()

@@ -74,8 +74,8 @@ export interface PayoutObservation {
 }
 
 /**
- * The fields of a stored payout that a change is told with. The ledger hands out its Lucid
- * rows, which have these and more; code that only reads a change needs no more than this.
+ * The fields of a stored payout that a change's event is built from. The ledger hands out
+ * its Lucid rows, which have these and more; code that only reads a change needs no more.
  */
 export interface PayoutRecord {
   payoutUuid: string

@@ -166,10 +166,10 @@ test.group(`Chaos regressions | escrow detection (${TEST_DB})`, () => {
     cleanup,
   }) => {
     const { db, client } = await setup(cleanup)
-    const escrow = new EscrowDeposits({ db, client })
+    const deposits = new EscrowDeposits({ db, client })
     const payoutId = '0f4c3f6e-2222-4a4a-8b8b-000000000002'
     const quoteId = '0f4c3f6e-3333-4a4a-8b8b-000000000003'
-    const hooks = { inTransaction: escrow.confirmDetected.bind(escrow) }
+    const hooks = { inTransaction: deposits.confirmDetected.bind(deposits) }
     await new PayoutLedger(db, { ...hooks, onChange: () => {} }).apply({
       payoutId,
       status: 'pending',
@@ -188,7 +188,7 @@ test.group(`Chaos regressions | escrow detection (${TEST_DB})`, () => {
     const fired: Array<Awaited<ReturnType<EscrowDeposits['confirmedBy']>>> = []
     const restarted = new PayoutLedger(db, {
       ...hooks,
-      onChange: async (change) => void fired.push(await escrow.confirmedBy(change)),
+      onChange: async (change) => void fired.push(await deposits.confirmedBy(change)),
     })
     assert.equal(await restarted.renotify({ olderThanMs: 0 }), 1)
     assert.deepEqual(fired, [{ quoteId, payoutId, txHash: null }])
