@@ -83,17 +83,20 @@ export class EscrowFallback {
     for (const deposit of deposits) {
       // Claimed by a conditional update, so overlapping runs (a run longer than the job's
       // interval, another instance) never both work on a deposit or both fire its event.
+      // Marked as worked on before the claim is sent: a run of this process given up at
+      // its deadline has claimed the deposit at its own, older, time, which a later run
+      // would take for an abandoned attempt and claim again.
       if (this.#working.has(deposit.id)) continue
-      const claimed = await isDue(sql.from(EscrowDeposit.table).where('id', deposit.id)).update({
-        state: 'confirm_requested',
-        confirm_attempted_at: dbDate(sql, now),
-      })
-      if (affectedRows(claimed) !== 1) continue
-      deposit.merge({ state: 'confirm_requested', confirmAttemptedAt: now })
-      deposit.$hydrateOriginals()
-      summary.checked++
       this.#working.add(deposit.id)
       try {
+        const claimed = await isDue(sql.from(EscrowDeposit.table).where('id', deposit.id)).update({
+          state: 'confirm_requested',
+          confirm_attempted_at: dbDate(sql, now),
+        })
+        if (affectedRows(claimed) !== 1) continue
+        deposit.merge({ state: 'confirm_requested', confirmAttemptedAt: now })
+        deposit.$hydrateOriginals()
+        summary.checked++
         summary[await this.#options.deposits.confirmClaimed(deposit)]++
       } finally {
         this.#working.delete(deposit.id)
