@@ -6,7 +6,8 @@ import type { Database } from '@adonisjs/lucid/database'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
 import type { PayoutStuckEvent } from '../types/events.ts'
-import { readIds, type PayoutLedger } from '../ledger/payout_ledger.ts'
+import type { PayoutLedger } from '../ledger/payout_ledger.ts'
+import { readIds } from '../ledger/vocabulary.ts'
 
 export interface ReconcilerOptions {
   db: Database

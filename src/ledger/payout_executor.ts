@@ -15,11 +15,12 @@ import {
 } from '../client/payouts_client.ts'
 import type { ExecuteResult } from '../schemas/resources.ts'
 import { dbDate } from '../database/dates.ts'
-import EscrowDeposit from '../models/escrow_deposit.ts'
 import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
 import type Payout from '../models/payout.ts'
 import { mapExecuteStatus } from './state_machine.ts'
-import type { AppliedBatch, PayoutLedger } from './payout_ledger.ts'
+import { createEscrowDeposit } from './escrow_deposits.ts'
+import type { PayoutLedger } from './payout_ledger.ts'
+import type { AppliedBatch } from './vocabulary.ts'
 
 /** What `execute` returns: the typed API result, the local row and the intent. */
 export interface ExecutedPayout {
@@ -28,6 +29,7 @@ export interface ExecutedPayout {
   intent: ExecutionIntent
 }
 
+/** What one recovery pass did with the intents it found. */
 export interface RecoverySummary {
   resent: number
   succeeded: number
@@ -36,6 +38,7 @@ export interface RecoverySummary {
   flagged: number
 }
 
+/** What the executor needs: the ledger to store responses, and the client to send. */
 export interface PayoutExecutorOptions {
   db: Database
   ledger: PayoutLedger
@@ -163,7 +166,7 @@ export class PayoutExecutor {
   /** Stores the response, the payout and (stablecoin) the escrow row in one transaction. */
   async #store(intent: ExecutionIntent, result: ExecuteResult): Promise<ExecutedPayout> {
     const { ledger } = this.#options
-    let stored: AppliedBatch | undefined
+    let stored: AppliedBatch<Payout> | undefined
     // Bounded: a store that stalls fails this call, and the intent stays for recovery to
     // re-send with its key (the service answers the original payout again).
     const payout = await boundedTransaction(
@@ -203,22 +206,7 @@ export class PayoutExecutor {
             },
           },
         ])
-        if (result.flow === 'stablecoin_to_fiat') {
-          // Created once: a second store of the same response (a recovery racing the
-          // original call) must not reset a deposit already recorded or confirmed.
-          await EscrowDeposit.firstOrCreate(
-            { quoteId: result.quoteId },
-            {
-              payoutUuid: result.payoutId,
-              escrowAddress: result.escrowAddress,
-              tokenAddress: result.tokenAddress,
-              chainId: result.chainId,
-              amountAtomic: result.depositAmountAtomic.toString(),
-              state: 'awaiting_deposit',
-            },
-            { client: trx }
-          )
-        }
+        if (result.flow === 'stablecoin_to_fiat') await createEscrowDeposit(trx, result)
         intent.useTransaction(trx)
         intent.state = 'succeeded'
         intent.payoutUuid = result.payoutId

@@ -18,9 +18,11 @@ export interface ObservedPosition {
   step?: string | null
 }
 
+/** Why the reducer moved a position or left it as it was. */
 export type ReduceReason =
   'applied' | 'duplicate' | 'backwards' | 'after_terminal' | 'unknown_status' | 'no_position'
 
+/** The reducer's answer: the position after the observation, and whether it moved. */
 export interface ReduceResult {
   next: PayoutPosition
   changed: boolean
@@ -35,20 +37,26 @@ const STATUS_RANK: Record<PayoutStatus, number> = {
   cancelled: 2,
 }
 
+/** Whether a value is one of the statuses the reducer knows. */
 export function isPayoutStatus(value: unknown): value is PayoutStatus {
   return typeof value === 'string' && (PAYOUT_STATUSES as readonly string[]).includes(value)
 }
 
+/** Whether a value is one of the steps the reducer knows. */
 export function isPayoutStep(value: unknown): value is PayoutStep {
   return typeof value === 'string' && (PAYOUT_STEPS as readonly string[]).includes(value)
 }
 
+/** Whether a status is final (completed, failed or cancelled): nothing moves it again. */
 export function isTerminal(status: PayoutStatus): boolean {
   return TERMINAL_STATUSES.includes(status)
 }
 
+/** The rank of "no step yet": below every step, so any step is a move forward from it. */
+const NO_STEP_RANK = -1
+
 function stepRank(step: PayoutStep | null): number {
-  return step === null ? -1 : PAYOUT_STEPS.indexOf(step)
+  return step === null ? NO_STEP_RANK : PAYOUT_STEPS.indexOf(step)
 }
 
 /**

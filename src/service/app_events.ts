@@ -1,4 +1,4 @@
-import type { PayoutChange } from '../ledger/payout_ledger.ts'
+import type { PayoutChange } from '../ledger/vocabulary.ts'
 import type { PayoutsEventsList, WithEventKey } from '../types/events.ts'
 
 /** The name of one of the plugin's app events. */

@@ -2,7 +2,7 @@ import type { Logger } from '@adonisjs/core/logger'
 import type { EmitterService, EventsList } from '@adonisjs/core/types'
 import { isDeadlineError, withDeadline } from '../database/deadline.ts'
 import type { PayoutsConfig } from '../define_config.ts'
-import type { PayoutChange } from '../ledger/payout_ledger.ts'
+import type { PayoutChange } from '../ledger/vocabulary.ts'
 import type { EscrowEvent, PayoutChangedEvent } from '../types/events.ts'
 import {
   changeEventNames,

@@ -4,7 +4,7 @@ import type { ExecuteInput } from '../client/payouts_client.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import debug from '../debug.ts'
 import { E_PAYOUTS_FEATURE_DISABLED } from '../errors.ts'
-import type { EscrowFallback } from '../jobs/escrow_fallback.ts'
+import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
 import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
 import type { SecretStore } from '../webhooks/secret_store.ts'
 import { BackgroundWork } from './background_work.ts'
@@ -180,8 +180,8 @@ export class PayoutsService {
 
   /** The escrow fallback: record the deposit you sent; the job confirms only when allowed. */
   readonly escrow = {
-    recordDeposit: (...args: Parameters<EscrowFallback['recordDeposit']>) =>
-      this.parts().then(({ escrow }) => escrow.recordDeposit(...args)),
+    recordDeposit: (...args: Parameters<EscrowDeposits['record']>) =>
+      this.parts().then(({ escrowDeposits }) => escrowDeposits.record(...args)),
     /** Runs the fallback once, now. */
     confirmDue: () => this.parts().then(({ escrow }) => escrow.run()),
   }

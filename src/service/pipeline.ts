@@ -14,8 +14,9 @@ import { createHash } from 'node:crypto'
 import type { Logger } from '@adonisjs/core/logger'
 import type { PayoutsConfig } from '../define_config.ts'
 import debug from '../debug.ts'
-import type { EscrowFallback } from '../jobs/escrow_fallback.ts'
-import type { LedgerHooks, PayoutLedger, PayoutObservation } from '../ledger/payout_ledger.ts'
+import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
+import type { LedgerHooks, PayoutLedger } from '../ledger/payout_ledger.ts'
+import type { PayoutObservation } from '../ledger/vocabulary.ts'
 import { parseJsonBytes, type EventEnvelope } from '../schemas/events.ts'
 import type { StreamMessageHandler } from '../stream/payouts_stream.ts'
 import { observationFromEvent, PermanentEventError } from '../webhooks/event_mapper.ts'
@@ -146,7 +147,7 @@ export function processStoredEvents(options: ProcessStoredEventsOptions): InboxP
 /** What notifying needs: the notifier and the escrow deposits that move with payouts. */
 export interface NotifyAfterCommitOptions {
   notifier: PayoutsNotifier
-  escrow: Pick<EscrowFallback, 'confirmedBy' | 'confirmDetected'>
+  escrowDeposits: Pick<EscrowDeposits, 'confirmedBy' | 'confirmDetected'>
   logger: Logger
 }
 
@@ -157,20 +158,20 @@ export interface NotifyAfterCommitOptions {
  */
 export async function notifyAfterCommit({
   notifier,
-  escrow,
+  escrowDeposits,
   logger,
 }: NotifyAfterCommitOptions): Promise<LedgerHooks> {
-  const { toChangedEvent } = await import('../ledger/payout_ledger.ts')
+  const { toChangedEvent } = await import('../ledger/vocabulary.ts')
   return {
     onChange: async (change) => {
       const event = toChangedEvent(change)
-      const deposit = await escrow.confirmedBy(change).catch((error) => {
+      const deposit = await escrowDeposits.confirmedBy(change).catch((error) => {
         logger.error({ err: error }, 'payouts escrow detection not read')
         return null
       })
       await notifier.changed(change, event, deposit)
     },
     onOwnerAttached: (change) => notifier.ownerAttached(toChangedEvent(change)),
-    inTransaction: (trx, changes) => escrow.confirmDetected(trx, changes),
+    inTransaction: (trx, changes) => escrowDeposits.confirmDetected(trx, changes),
   }
 }

@@ -4,6 +4,7 @@ import type { Database } from '@adonisjs/lucid/database'
 import { PayoutsClient } from '../client/main.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import type { EscrowFallback } from '../jobs/escrow_fallback.ts'
+import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
 import type { Reconciler } from '../jobs/reconciler.ts'
 import type { PayoutExecutor } from '../ledger/payout_executor.ts'
 import type { PayoutLedger } from '../ledger/payout_ledger.ts'
@@ -29,7 +30,10 @@ export interface ServiceParts {
   /** Null without the app's encryption: then no secret can be stored. */
   secrets: SecretStore | null
   reconciler: Reconciler
+  /** The escrow fallback job. */
   escrow: EscrowFallback
+  /** Escrow deposits: recorded, confirmed on detection, confirmed by the job. */
+  escrowDeposits: EscrowDeposits
   ledger: PayoutLedger
   executor: PayoutExecutor
   recipients: RecipientsMirror
@@ -84,6 +88,7 @@ export async function buildParts({
     { SecretStore },
     { Reconciler },
     { EscrowFallback },
+    { EscrowDeposits },
     pipeline,
   ] = await Promise.all([
     import('../models/main.ts'),
@@ -95,6 +100,7 @@ export async function buildParts({
     import('../webhooks/secret_store.ts'),
     import('../jobs/reconciler.ts'),
     import('../jobs/escrow_fallback.ts'),
+    import('../ledger/escrow_deposits.ts'),
     import('./pipeline.ts'),
   ])
   const { logger } = deps
@@ -103,11 +109,10 @@ export async function buildParts({
   configureModels(tablePrefix, connection)
   const db = await deps.database()
 
-  const escrow = new EscrowFallback({
+  const escrowDeposits = new EscrowDeposits({
     db,
     client,
     connection,
-    confirmAfterMinutes: config.jobs.escrowConfirmAfterMinutes,
     maxAttempts: config.jobs.escrowMaxAttempts,
     retryBackoffMs: config.jobs.escrowRetryBackoffMs,
     onConfirmed: (event) => notifier.emit('payouts:escrow_confirmed', event),
@@ -119,7 +124,13 @@ export async function buildParts({
       return notifier.emit('payouts:escrow_confirmation_failed', event)
     },
   })
-  const hooks = await pipeline.notifyAfterCommit({ notifier, escrow, logger })
+  const escrow = new EscrowFallback({
+    db,
+    deposits: escrowDeposits,
+    connection,
+    confirmAfterMinutes: config.jobs.escrowConfirmAfterMinutes,
+  })
+  const hooks = await pipeline.notifyAfterCommit({ notifier, escrowDeposits, logger })
   const ledger = new PayoutLedger(db, hooks, connection, transactionTimeoutMs)
   const executor = new PayoutExecutor({ db, ledger, client, connection, transactionTimeoutMs })
   const inbox = new InboxStore(db, tables.webhookDeliveries, connection, {
@@ -156,5 +167,16 @@ export async function buildParts({
         Math.ceil(config.webhook.ackTimeoutMs / 2)
       )
     : null
-  return { db, ledger, executor, recipients, reconciler, escrow, inbox, processor, secrets }
+  return {
+    db,
+    ledger,
+    executor,
+    recipients,
+    reconciler,
+    escrow,
+    escrowDeposits,
+    inbox,
+    processor,
+    secrets,
+  }
 }

@@ -4,7 +4,7 @@ import {
   payoutStatusUpdatedDataSchema,
   type EventEnvelope,
 } from '../schemas/events.ts'
-import type { PayoutObservation } from '../ledger/payout_ledger.ts'
+import type { PayoutObservation } from '../ledger/vocabulary.ts'
 import type { ObservationSource } from '../types/events.ts'
 
 /** An event that can never be applied (no payout id): dead-lettered at once, not retried. */

@@ -4,8 +4,10 @@ import { test } from '@japa/runner'
 import { DateTime } from 'luxon'
 import { PayoutsClient } from '../../src/client/main.ts'
 import { EscrowFallback } from '../../src/jobs/escrow_fallback.ts'
+import { EscrowDeposits } from '../../src/ledger/escrow_deposits.ts'
 import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
-import { PayoutLedger, toChangedEvent, type PayoutChange } from '../../src/ledger/payout_ledger.ts'
+import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
+import { toChangedEvent, type PayoutChange } from '../../src/ledger/vocabulary.ts'
 import { EscrowDeposit, ExecutionIntent, PayoutEvent } from '../../src/models/main.ts'
 import { startEmulator } from '../emulator/helpers.ts'
 import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
@@ -164,10 +166,10 @@ test.group(`Chaos regressions | escrow detection (${TEST_DB})`, () => {
     cleanup,
   }) => {
     const { db, client } = await setup(cleanup)
-    const escrow = new EscrowFallback({ db, client })
+    const deposits = new EscrowDeposits({ db, client })
     const payoutId = '0f4c3f6e-2222-4a4a-8b8b-000000000002'
     const quoteId = '0f4c3f6e-3333-4a4a-8b8b-000000000003'
-    const hooks = { inTransaction: escrow.confirmDetected.bind(escrow) }
+    const hooks = { inTransaction: deposits.confirmDetected.bind(deposits) }
     await new PayoutLedger(db, { ...hooks, onChange: () => {} }).apply({
       payoutId,
       status: 'pending',
@@ -183,10 +185,10 @@ test.group(`Chaos regressions | escrow detection (${TEST_DB})`, () => {
       () => EscrowDeposit.query().where('quote_id', quoteId).where('state', 'confirmed').first(),
       { timeoutMs: 5000, everyMs: 10 }
     )
-    const fired: Array<Awaited<ReturnType<EscrowFallback['confirmedBy']>>> = []
+    const fired: Array<Awaited<ReturnType<EscrowDeposits['confirmedBy']>>> = []
     const restarted = new PayoutLedger(db, {
       ...hooks,
-      onChange: async (change) => void fired.push(await escrow.confirmedBy(change)),
+      onChange: async (change) => void fired.push(await deposits.confirmedBy(change)),
     })
     assert.equal(await restarted.renotify({ olderThanMs: 0 }), 1)
     assert.deepEqual(fired, [{ quoteId, payoutId, txHash: null }])
@@ -206,7 +208,7 @@ test.group(`Chaos regressions | executor (${TEST_DB})`, () => {
     const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
     const { result, intent } = await executor.execute(stable)
     const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
-    await new EscrowFallback({ db, client }).recordDeposit({ quoteId: result.quoteId, txHash })
+    await new EscrowDeposits({ db, client }).record({ quoteId: result.quoteId, txHash })
     // The outcome is re-sent and stored again (as after a lost answer): the service replays it.
     intent.state = 'unknown'
     await intent.save()
@@ -245,12 +247,13 @@ test.group(`Chaos regressions | escrow fallback (${TEST_DB})`, () => {
     const { result } = await executor.execute(stable)
     const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
     const confirmed: string[] = []
-    const escrow = new EscrowFallback({
+    const deposits = new EscrowDeposits({
       db,
       client,
       onConfirmed: (event) => void confirmed.push(event.quoteId),
     })
-    await escrow.recordDeposit({
+    const escrow = new EscrowFallback({ db, deposits })
+    await deposits.record({
       quoteId: result.quoteId,
       txHash,
       confirmedAt: DateTime.now().minus({ minutes: 30 }),
@@ -280,7 +283,7 @@ test.group(`Chaos regressions | escrow fallback (${TEST_DB})`, () => {
     for (let i = 0; i < 3; i++) {
       const { result } = await executor.execute({ ...stable, amount: 100 + i })
       const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
-      await new EscrowFallback({ db, client }).recordDeposit({
+      await new EscrowDeposits({ db, client }).record({
         quoteId: result.quoteId,
         txHash,
         confirmedAt: DateTime.now().minus({ minutes: 30 }),
@@ -297,7 +300,14 @@ test.group(`Chaos regressions | escrow fallback (${TEST_DB})`, () => {
     }
     const confirmed: string[] = []
     const instance = () =>
-      new EscrowFallback({ db, client: slow, onConfirmed: (e) => void confirmed.push(e.quoteId) })
+      new EscrowFallback({
+        db,
+        deposits: new EscrowDeposits({
+          db,
+          client: slow,
+          onConfirmed: (e) => void confirmed.push(e.quoteId),
+        }),
+      })
     const runs = await Promise.all([instance().run(), instance().run(), instance().run()])
     const total = (key: 'checked' | 'confirmed') => runs.reduce((sum, run) => sum + run[key], 0)
     assert.deepEqual([total('checked'), total('confirmed')], [3, 3])
@@ -388,18 +398,18 @@ test.group(`Chaos regressions | the database lost right after an event fired (${
     const { result } = await executor.execute(stable)
     const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
     const confirmed: string[] = []
-    const escrow = new EscrowFallback({
+    const deposits = new EscrowDeposits({
       db,
       client,
-      // An interrupted attempt is resumed at once.
-      confirmAfterMinutes: 0,
       onConfirmed: async (event) => {
         confirmed.push(event.quoteId)
         // Announced; the database goes away before the deposit is marked confirmed.
         if (confirmed.length === 1) await database.lose()
       },
     })
-    await escrow.recordDeposit({ quoteId: result.quoteId, txHash })
+    // An interrupted attempt is resumed at once.
+    const escrow = new EscrowFallback({ db, deposits, confirmAfterMinutes: 0 })
+    await deposits.record({ quoteId: result.quoteId, txHash })
     const error = await escrow.run().then(
       () => null,
       (caught) => caught

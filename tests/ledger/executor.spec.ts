@@ -8,7 +8,8 @@ import {
   RateLimitedError,
 } from '../../src/client/main.ts'
 import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
-import { PayoutLedger, type PayoutChange } from '../../src/ledger/payout_ledger.ts'
+import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
+import type { PayoutChange } from '../../src/ledger/vocabulary.ts'
 import { EscrowDeposit, ExecutionIntent, Payout } from '../../src/models/main.ts'
 import { startEmulator } from '../emulator/helpers.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'

@@ -3,11 +3,8 @@ import fc from 'fast-check'
 import { DateTime } from 'luxon'
 import { randomUUID } from 'node:crypto'
 import { createPayoutsTables, dropPayoutsTables, tableNames } from '../../src/database/schema.ts'
-import {
-  PayoutLedger,
-  type PayoutChange,
-  type PayoutObservation,
-} from '../../src/ledger/payout_ledger.ts'
+import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
+import type { PayoutChange, PayoutObservation } from '../../src/ledger/vocabulary.ts'
 import { mapExecuteStatus, reduce } from '../../src/ledger/state_machine.ts'
 import { locksRows } from '../../src/database/dialects.ts'
 import { Payout, PayoutEvent } from '../../src/models/main.ts'

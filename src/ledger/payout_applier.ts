@@ -1,0 +1,333 @@
+import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
+import { DateTime } from 'luxon'
+import { dbDate } from '../database/dates.ts'
+import { locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
+import Payout from '../models/payout.ts'
+import PayoutEvent from '../models/payout_event.ts'
+import { insertPendingPayouts, snapshotOf } from './payout_rows.ts'
+import { mergePlaceholders } from './read_id_placeholders.ts'
+import { reduce, type PayoutPosition, type ReduceResult } from './state_machine.ts'
+import {
+  isUuid,
+  type AppliedBatch,
+  type AppliedOutcome,
+  type ApplyResult,
+  type PayoutChange,
+  type PayoutObservation,
+} from './vocabulary.ts'
+
+/** The hook applying runs inside its transaction. */
+export interface ApplyHooks {
+  /**
+   * Runs inside the applying transaction once its changes are logged (their eventIds
+   * known), before COMMIT: for mirrors that move with the payout (escrow deposits).
+   */
+  inTransaction?: (
+    trx: TransactionClientContract,
+    changes: Array<PayoutChange<Payout>>
+  ) => Promise<void>
+}
+
+const DECIMAL_FIELDS = new Set([
+  'sourceAmount',
+  'payoutAmount',
+  'toAmount',
+  'partnerFxRate',
+  'effectiveRate',
+])
+
+function toDecimalString(value: number | string): string {
+  return typeof value === 'number' ? String(value) : value
+}
+
+/** What one observation did to a payout row (before anything is written). */
+interface Advance {
+  previous: PayoutPosition | null
+  outcome: ReduceResult
+  ownerAttached: boolean
+}
+
+/** The payout_events entry of one observation, applied or not (and why). */
+function logEntry(
+  row: Payout,
+  observation: PayoutObservation,
+  { outcome }: Advance,
+  observedAt: DateTime
+) {
+  return {
+    payoutUuid: row.payoutUuid,
+    source: observation.source,
+    eventType: observation.eventType ?? null,
+    status: observation.status ?? null,
+    step: observation.step ?? null,
+    applied: outcome.changed,
+    reason: outcome.reason,
+    deliveryId: observation.deliveryId ?? null,
+    observedAt,
+    // Only a real change has events to fire.
+    notifiedAt: outcome.changed ? null : DateTime.now(),
+  }
+}
+
+/** A payout_events row for a raw multi-row INSERT (the model's columns, in SQL form). */
+function toEventColumns(
+  client: TransactionClientContract,
+  entry: ReturnType<typeof logEntry>
+): Record<string, unknown> {
+  return {
+    payout_uuid: entry.payoutUuid,
+    source: entry.source,
+    event_type: entry.eventType,
+    status: entry.status,
+    step: entry.step,
+    applied: entry.applied,
+    reason: entry.reason,
+    delivery_id: entry.deliveryId,
+    observed_at: dbDate(client, entry.observedAt),
+    notified_at: entry.notifiedAt ? dbDate(client, entry.notifiedAt) : null,
+    created_at: dbDate(client),
+  }
+}
+
+/**
+ * Applies observations inside a transaction: every payout row they name is locked
+ * (PostgreSQL, MySQL) or held by SQLite's single writer, goes through the reducer, and
+ * each observation is logged in payout_events whatever its outcome. Notifying is the
+ * outbox's part, after COMMIT.
+ */
+export class PayoutApplier {
+  constructor(private hooks: ApplyHooks = {}) {}
+
+  /**
+   * Applies a batch in the caller's transaction. Payouts are locked in id order
+   * (observations of one payout keep their order), so two instances applying batches never
+   * wait on each other in a cycle.
+   */
+  async applyBatchInTransaction(
+    trx: TransactionClientContract,
+    observations: PayoutObservation[]
+  ): Promise<AppliedBatch<Payout>> {
+    const linked = await mergePlaceholders(trx, observations)
+    // A merged placeholder's position goes first: its payout's own observations follow it.
+    const all = [...linked.merged, ...linked.observations]
+    const order = all
+      .map((_, index) => index)
+      .sort((a, b) => {
+        const x = all[a].payoutId
+        const y = all[b].payoutId
+        return x < y ? -1 : x > y ? 1 : a - b
+      })
+    const outcomes: Array<AppliedOutcome<Payout>> = []
+    if (all.length > 1 && RETURNING_DIALECTS.has(trx.dialect.name)) {
+      outcomes.push(
+        ...(await this.#applySet(
+          trx,
+          order.map((i) => all[i])
+        ))
+      )
+    } else {
+      for (const index of order) outcomes.push(await this.#applyOne(trx, all[index]))
+    }
+    const results: Array<ApplyResult<Payout>> = []
+    order.forEach((index, position) => {
+      if (index >= linked.merged.length)
+        results[index - linked.merged.length] = outcomes[position].result
+    })
+    return { outcomes, results }
+  }
+
+  /** One observation on its payout's row (locked), inside the batch's transaction. */
+  async #applyOne(
+    trx: TransactionClientContract,
+    observation: PayoutObservation
+  ): Promise<AppliedOutcome<Payout>> {
+    const observedAt = observation.observedAt ?? DateTime.now()
+    const locate = () => {
+      const query = Payout.query({ client: trx })
+      if (isUuid(observation.payoutId)) query.where('payout_uuid', observation.payoutId)
+      else query.where('read_id', observation.payoutId).orWhere('payout_uuid', observation.payoutId)
+      return locksRows(trx) ? query.forUpdate().first() : query.first()
+    }
+    let row = await locate()
+    if (!row) {
+      // Insert-or-ignore: a concurrent observation of the same new payout may win the race.
+      await insertPendingPayouts(trx, [observation])
+      row = await locate()
+      if (!row) throw new Error(`payout ${observation.payoutId} could not be stored`)
+    }
+    const advance = this.#advance(row, observation, observedAt)
+    row.useTransaction(trx)
+    await row.save()
+    const logged = await PayoutEvent.create(logEntry(row, observation, advance, observedAt), {
+      client: trx,
+    })
+    const outcome = this.#outcome(row, observation, advance, observedAt, logged.id)
+    if (outcome.change) await this.hooks.inTransaction?.(trx, [outcome.change])
+    return outcome
+  }
+
+  /**
+   * A set of observations (sorted by payout id) in a few statements instead of a few per
+   * observation: one SELECT locks every known payout (in id order, so two instances never
+   * deadlock on them), one INSERT-or-ignore adds the new ones, the reducer runs in memory,
+   * each payout is saved once and the log gets one multi-row INSERT. Same result, row for
+   * row, as applying them one by one.
+   */
+  async #applySet(
+    trx: TransactionClientContract,
+    observations: PayoutObservation[]
+  ): Promise<Array<AppliedOutcome<Payout>>> {
+    const rows = await this.#lockPayouts(trx, observations)
+    const rowOf = (observation: PayoutObservation) => {
+      const row = rows.get(observation.payoutId)
+      if (!row) throw new Error(`payout ${observation.payoutId} could not be stored`)
+      return row
+    }
+    const last = new Map(observations.map((observation, index) => [rowOf(observation), index]))
+    const applied = observations.map((observation, index) => {
+      const row = rowOf(observation)
+      const observedAt = observation.observedAt ?? DateTime.now()
+      const advance = this.#advance(row, observation, observedAt)
+      // Later observations of the same payout move the row on; each outcome keeps the
+      // payout as its own observation left it, as one-by-one application would.
+      const snapshot = last.get(row) === index ? row : snapshotOf(row)
+      return { row, snapshot, observation, advance, observedAt }
+    })
+    for (const row of new Set(applied.map((a) => a.row))) {
+      row.useTransaction(trx)
+      await row.save()
+    }
+    const inserted: Array<{ id: number }> = await trx
+      .knexQuery()
+      .table(PayoutEvent.table)
+      .insert(
+        applied.map((a) =>
+          toEventColumns(trx, logEntry(a.row, a.observation, a.advance, a.observedAt))
+        )
+      )
+      .returning('id')
+    // One statement numbers its rows in VALUES order; RETURNING's own order is not promised.
+    const ids = inserted.map((r) => Number(r.id)).sort((x, y) => x - y)
+    if (ids.length !== applied.length) throw new Error('payout events were not all logged')
+    const outcomes = applied.map((a, index) =>
+      this.#outcome(a.snapshot, a.observation, a.advance, a.observedAt, ids[index])
+    )
+    const changes = outcomes.flatMap(({ change }) => (change ? [change] : []))
+    if (changes.length > 0) await this.hooks.inTransaction?.(trx, changes)
+    return outcomes
+  }
+
+  /**
+   * Every payout the observations name, locked, keyed by the id each observation gave;
+   * missing ones are inserted first (UUIDs before read ids, so a read id carried by a new
+   * UUID's observation finds that row instead of starting a second one).
+   */
+  async #lockPayouts(trx: TransactionClientContract, observations: PayoutObservation[]) {
+    const byId = new Map<string, Payout>()
+    // The same database row found under two ids (UUID and read id) is one model.
+    const models = new Map<number, Payout>()
+    const rowFor = (row: Payout) => models.get(row.id) ?? (models.set(row.id, row), row)
+    const resolve = async (ids: string[]) => {
+      const others = ids.filter((id) => !isUuid(id))
+      const query = Payout.query({ client: trx })
+        .where((where) => {
+          where.whereIn('payout_uuid', ids)
+          if (others.length > 0) where.orWhereIn('read_id', others)
+        })
+        .orderBy('id', 'asc')
+      const found = await (locksRows(trx) ? query.forUpdate() : query)
+      for (const id of ids) {
+        const row = isUuid(id)
+          ? found.find((r) => r.payoutUuid === id)
+          : (found.find((r) => r.readId === id) ?? found.find((r) => r.payoutUuid === id))
+        if (row) byId.set(id, byId.get(id) ?? rowFor(row))
+      }
+    }
+    const missing = () =>
+      [...new Set(observations.map((o) => o.payoutId))].filter((id) => !byId.has(id))
+
+    // A new payout's row carries the first read id any of its observations gives.
+    const firstSighting = (id: string) => {
+      const own = observations.filter((o) => o.payoutId === id)
+      return { ...own[0], readId: own.find((o) => o.readId)?.readId ?? own[0].readId }
+    }
+    await resolve([...new Set(observations.map((o) => o.payoutId))])
+    for (const uuids of [true, false]) {
+      if (!uuids) {
+        // A read id that another observation in the set gives to a row it names: that
+        // row, as one-by-one application would have found it once the read id was filled.
+        for (const id of missing()) {
+          const carrier = observations.find((o) => o.readId === id && byId.has(o.payoutId))
+          const row = carrier && byId.get(carrier.payoutId)!
+          if (row && (row.readId === null || row.readId === id)) byId.set(id, row)
+        }
+      }
+      const ids = missing().filter((id) => isUuid(id) === uuids)
+      if (ids.length === 0) continue
+      await insertPendingPayouts(trx, ids.map(firstSighting))
+      await resolve(ids)
+    }
+    return byId
+  }
+
+  /** Runs one observation through the reducer onto a locked row (in memory). */
+  #advance(row: Payout, observation: PayoutObservation, observedAt: DateTime): Advance {
+    // A row no observation has reached yet (just inserted) has no position to compare.
+    const previous = row.lastObservedAt === null ? null : { status: row.status, step: row.step }
+    const outcome = reduce(previous, { status: observation.status, step: observation.step })
+    const ownerAttached = !row.ownerId && !!observation.fields?.ownerId && previous !== null
+    this.#fill(row, observation)
+    // When we last heard, on our clock (the event time is kept in payout_events).
+    row.lastObservedAt = DateTime.now()
+    if (outcome.changed) {
+      row.status = outcome.next.status
+      row.step = outcome.next.step
+      row.statusChangedAt = observedAt
+      if (row.status === 'completed' && !row.completedAt) {
+        row.completedAt = observation.completedAt
+          ? DateTime.fromISO(observation.completedAt)
+          : observedAt
+      }
+    }
+    return { previous, outcome, ownerAttached }
+  }
+
+  /** The result of one applied observation, and its change when it moved the payout. */
+  #outcome(
+    row: Payout,
+    observation: PayoutObservation,
+    { previous, outcome, ownerAttached }: Advance,
+    observedAt: DateTime,
+    eventId: number
+  ): AppliedOutcome<Payout> {
+    const result = {
+      payout: row,
+      changed: outcome.changed,
+      reason: outcome.reason,
+      ownerAttached: ownerAttached && !outcome.changed,
+    }
+    const change = outcome.changed
+      ? {
+          payout: row,
+          previous,
+          current: outcome.next,
+          source: observation.source,
+          created: previous === null,
+          eventId,
+          observedAt,
+        }
+      : null
+    return { result, change }
+  }
+
+  /** Fills the row's empty fields (and read id) from the observation; never overwrites. */
+  #fill(row: Payout, observation: PayoutObservation) {
+    if (observation.readId && !row.readId) row.readId = observation.readId
+    for (const [key, value] of Object.entries(observation.fields ?? {})) {
+      if (value === undefined || value === null) continue
+      const current = (row as any)[key]
+      if (current !== null && current !== undefined) continue
+      ;(row as any)[key] = DECIMAL_FIELDS.has(key) ? toDecimalString(value as number) : value
+    }
+  }
+}

@@ -1,0 +1,48 @@
+import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
+import { DateTime } from 'luxon'
+import { dbDate } from '../database/dates.ts'
+import Payout from '../models/payout.ts'
+import { isUuid, type PayoutObservation } from './vocabulary.ts'
+
+/**
+ * New payouts as pending rows, insert-or-ignore (another observer may win the race). Used
+ * when applying and when a placeholder merges into a UUID that has no row yet.
+ */
+export async function insertPendingPayouts(
+  trx: TransactionClientContract,
+  observations: PayoutObservation[]
+) {
+  await trx
+    .knexQuery()
+    .table(Payout.table)
+    .insert(
+      observations.map((observation) => {
+        const now = dbDate(trx, observation.observedAt ?? DateTime.now())
+        return {
+          payout_uuid: observation.payoutId,
+          read_id:
+            observation.readId ?? (isUuid(observation.payoutId) ? null : observation.payoutId),
+          status: 'pending',
+          step: null,
+          created_at: now,
+          updated_at: now,
+        }
+      })
+    )
+    // Either key: a read id may belong, by the time this runs, to a row a concurrent
+    // merge just gave it; the caller then finds that row.
+    .onConflict()
+    .ignore()
+}
+
+/**
+ * A detached copy of a payout's attributes as they are now (never saved): what a change
+ * reports while the row itself moves on, or when it goes out under a merged read id.
+ */
+export function snapshotOf(row: Payout): Payout {
+  const copy = new Payout()
+  Object.assign(copy.$attributes, row.$attributes)
+  copy.$isPersisted = true
+  copy.$hydrateOriginals()
+  return copy
+}
