@@ -86,15 +86,16 @@ export function verifySignature(options: VerifyOptions): VerifyResult {
   if (Math.abs(now - parsed.timestamp) > tolerance) {
     return { ok: false, reason: 'timestamp_out_of_tolerance' }
   }
-  let matched = -1
+  /** The index of the first secret that signed it; every candidate is still compared. */
+  let matched: number | undefined
   options.secrets.forEach((secret, index) => {
     const expected = Buffer.from(computeV1(secret, parsed.timestamp, options.rawBody), 'hex')
     for (const candidate of parsed.v1) {
-      if (timingSafeEqual(expected, Buffer.from(candidate, 'hex')) && matched === -1) {
+      if (timingSafeEqual(expected, Buffer.from(candidate, 'hex')) && matched === undefined) {
         matched = index
       }
     }
   })
-  if (matched === -1) return { ok: false, reason: 'no_matching_signature' }
+  if (matched === undefined) return { ok: false, reason: 'no_matching_signature' }
   return { ok: true, timestamp: parsed.timestamp, secretIndex: matched }
 }

@@ -7,6 +7,8 @@ import type { InboxRow, InboxStore, InboxVerdict } from './inbox_store.ts'
 import { PermanentEventError } from './event_mapper.ts'
 
 const UNPARSABLE = 'unparsable event body'
+/** What the one-transaction path returns when the batch must go row by row instead. */
+const GO_ROW_BY_ROW = Symbol('go row by row')
 
 /** Applies one stored event; throwing leaves the row to be retried. */
 export type InboxHandler = (envelope: EventEnvelope, row: InboxRow) => Promise<string | void>
@@ -98,7 +100,7 @@ export class InboxProcessor {
     for (;;) {
       const inTransaction = await this.#drainInTransaction()
       if (inTransaction === 0) return handled
-      if (inTransaction > 0) {
+      if (inTransaction !== GO_ROW_BY_ROW) {
         handled += inTransaction
         continue
       }
@@ -112,12 +114,13 @@ export class InboxProcessor {
 
   /**
    * One batch claimed, applied and marked in a single transaction: one commit for the
-   * lot, and rows are done exactly when their effects are. Returns the rows handled, 0
-   * when nothing is due, -1 when this path is unavailable or the batch rolled back.
+   * lot, and rows are done exactly when their effects are. Returns the rows handled (0
+   * when nothing is due), or `GO_ROW_BY_ROW` when this path is unavailable on the
+   * database or the batch rolled back.
    */
-  async #drainInTransaction(): Promise<number> {
+  async #drainInTransaction(): Promise<number | typeof GO_ROW_BY_ROW> {
     const { store, batchHandler, logger } = this.#options
-    if (!batchHandler || !store.claimsInTransaction) return -1
+    if (!batchHandler || !store.claimsInTransaction) return GO_ROW_BY_ROW
     let afterCommit: (() => Promise<void>) | undefined
     let outcome: { rows: InboxRow[]; verdicts: InboxVerdict[] } | null
     try {
@@ -142,7 +145,7 @@ export class InboxProcessor {
       // A stalled database fails the drain; row by row would only stall again.
       if (isDeadlineError(error)) throw error
       logger.debug({ err: (error as Error).message }, 'payouts inbox: batch goes row by row')
-      return -1
+      return GO_ROW_BY_ROW
     }
     if (!outcome) return 0
     debug('inbox: %d deliveries processed in one transaction', outcome.rows.length)
