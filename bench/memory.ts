@@ -12,7 +12,7 @@ export const MEMORY = {
   budgetMs: QUICK ? 30_000 : 120_000,
 }
 
-// The memory target is measured on these stores (see CONFIGS).
+/** The stores the memory target is measured on (keys of CONFIGS). */
 export const MEMORY_DBS = ['sqlite-wal', 'pg']
 
 export interface MemoryMark {

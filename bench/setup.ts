@@ -9,6 +9,7 @@ import { startChild, type Child } from './ipc.ts'
 
 /** BENCH_QUICK=1: shorter runs (development); its figures never replace results.json. */
 export const QUICK = process.env.BENCH_QUICK === '1'
+/** Scratch folder of the bench (SQLite files, quick results). */
 export const TMP = new URL('./tmp/', import.meta.url)
 const APP_SERVER = new URL('./app_server.ts', import.meta.url)
 

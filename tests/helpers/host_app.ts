@@ -11,6 +11,7 @@ import { defineConfig as defineDbConfig } from '@adonisjs/lucid'
 import { createPayoutsTables, dropPayoutsTables } from '../../src/database/schema.ts'
 import type { PayoutsService } from '../../src/service/payouts_service.ts'
 
+/** How bootHostApp and serveHostApp build the app. */
 export interface HostAppOptions {
   /** The app root: relative imports of the app resolve from it. */
   root: URL
@@ -68,6 +69,7 @@ export interface HostAppParts {
   route: Awaited<ReturnType<PayoutsService['registerRoutes']>>
 }
 
+/** A served host app: its parts, its address, and how to stop it. */
 export interface HostAppServer extends HostAppParts {
   url: string
   /** Stops the HTTP server and the app, and drops the tables serveHostApp created. */
