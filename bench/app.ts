@@ -1,15 +1,12 @@
-import { createServer, type Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
-import { IgnitorFactory } from '@adonisjs/core/factories'
 import type { HttpContext } from '@adonisjs/core/http'
-import type { ApplicationService } from '@adonisjs/core/types'
+import type { ApplicationService, HttpRouterService } from '@adonisjs/core/types'
 import type { NextFn } from '@adonisjs/core/types/http'
-import { defineConfig as defineDbConfig } from '@adonisjs/lucid'
-import { createPayoutsTables, dropPayoutsTables, tableNames } from '../src/database/schema.ts'
+import { tableNames } from '../src/database/schema.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
 import { dbDate } from '../src/database/dates.ts'
 import { readRawBody } from '../src/webhooks/raw_body.ts'
 import { createSkippingBodyParser } from '../src/webhooks/skipping_bodyparser.ts'
+import { serveHostApp } from '../tests/helpers/host_app.ts'
 import { BENCH_SECRET } from './deliveries.ts'
 
 export type BenchDb = 'sqlite' | 'pg'
@@ -72,13 +69,13 @@ function connectionFor(db: BenchDb, sqliteFile: string, journal: SqliteJournal) 
 }
 
 /**
- * A real AdonisJS app over real HTTP, booted like the suite's (IgnitorFactory, Lucid,
- * Transmit, the payouts provider, the stock bodyparser as router middleware), with three
+ * The suite's host app (tests/helpers/host_app.ts: Lucid, Transmit, the payouts provider,
+ * the stock bodyparser as router middleware) on the bench's database, with three
  * POST routes: the plugin's webhook route (registerRoutes), a bare route that reads the
  * raw body and answers 200, and an insert-only route that reads the raw body and inserts
  * the same inbox row, one statement per request as a route would on its own, without
- * verifying (the plugin's InboxStore commits deliveries that arrive together in one go). The bare and
- * insert-only routes skip the bodyparser like the plugin's route does.
+ * verifying (the plugin's InboxStore commits deliveries that arrive together in one go).
+ * Server-side times are kept per path.
  */
 export async function startBenchApp(options: {
   db: BenchDb
@@ -86,50 +83,58 @@ export async function startBenchApp(options: {
   journal?: SqliteJournal
 }): Promise<BenchApp> {
   const prefix = `b${Math.random().toString(36).slice(2, 8)}_`
-  const ignitor = new IgnitorFactory()
-    .withCoreProviders()
-    .withCoreConfig()
-    .merge({
-      config: {
-        logger: { default: 'app', loggers: { app: { enabled: true, level: 'error' } } },
-        transmit: { pingInterval: false, transport: null },
-        database: defineDbConfig({
-          connection: 'primary',
-          connections: {
-            primary: connectionFor(
-              options.db,
-              options.sqliteFile,
-              options.journal ?? 'default'
-            ) as any,
-          },
-        }),
-        payouts: {
-          apiKey: BENCH_API_KEY,
-          baseUrl: 'http://127.0.0.1:9',
-          webhook: { secret: BENCH_SECRET, path: ROUTES.plugin },
-          jobs: { enabled: false },
-          ledger: { tablePrefix: prefix },
-        },
-      },
-      rcFileContents: {
-        providers: [
-          () => import('@adonisjs/lucid/database_provider'),
-          () => import('@adonisjs/transmit/transmit_provider'),
-          () => import('../providers/payouts_provider.ts'),
-        ],
-      },
-    })
-    .create(APP_ROOT, {
-      importer: (filePath) =>
-        filePath.startsWith('.') ? import(new URL(filePath, APP_ROOT).href) : import(filePath),
-    })
-  const app = ignitor.createApp('web')
-  await app.init()
-  await app.boot()
-  const db = await app.container.make('lucid.db')
-  await createPayoutsTables(db.connection().schema, prefix)
   const inboxTable = tableNames(prefix).webhookDeliveries
+  const serverTimes = new Map<string, number[]>()
+  const host = await serveHostApp({
+    root: APP_ROOT,
+    connection: connectionFor(options.db, options.sqliteFile, options.journal ?? 'default'),
+    transmit: true,
+    tablePrefix: prefix,
+    config: { logger: { default: 'app', loggers: { app: { enabled: true, level: 'error' } } } },
+    payouts: {
+      apiKey: BENCH_API_KEY,
+      baseUrl: 'http://127.0.0.1:9',
+      webhook: { secret: BENCH_SECRET, path: ROUTES.plugin },
+      jobs: { enabled: false },
+      ledger: { tablePrefix: prefix },
+    },
+    setup: ({ app, payouts, router }) => addBenchRoutes(app, payouts, router, inboxTable),
+    onRequest(req, res) {
+      const started = performance.now()
+      res.once('finish', () => {
+        const times = serverTimes.get(req.url ?? '') ?? []
+        if (times.length < 100_000) times.push(performance.now() - started)
+        serverTimes.set(req.url ?? '', times)
+      })
+    },
+  })
 
+  const { processor } = await host.payouts.parts()
+  const kick = processor.kick.bind(processor)
+  return {
+    app: host.app,
+    payouts: host.payouts,
+    url: host.url,
+    prefix,
+    inboxTable,
+    serverTimes,
+    setProcessing(on) {
+      processor.kick = on ? kick : () => {}
+    },
+    close: () => host.close(),
+  }
+}
+
+/**
+ * The bench's raw routes beside the plugin's, skipping the bodyparser as the plugin's route
+ * does, and the plugin's Transmit channels.
+ */
+async function addBenchRoutes(
+  app: ApplicationService,
+  service: PayoutsService,
+  router: HttpRouterService,
+  inboxTable: string
+) {
   // The provider bound a bodyparser that skips the plugin's route; the bench routes skip
   // it too (checked first, then the plugin's own check runs for everything else).
   const { default: BodyParserMiddleware } = await import('@adonisjs/core/bodyparser_middleware')
@@ -146,10 +151,7 @@ export async function startBenchApp(options: {
     () => new BenchBodyParser(app.config.get('bodyparser'), app.experimentalFlags)
   )
 
-  const service = await app.container.make('payouts.manager')
-  const router = await app.container.make('router')
-  router.use([() => import('@adonisjs/core/bodyparser_middleware')])
-  await service.registerRoutes(router)
+  const db = await app.container.make('lucid.db')
   router.post(ROUTES.bare, async ({ request, response }) => {
     await readRawBody(request.request, MAX_BODY_BYTES)
     return response.status(200).send({ received: true })
@@ -179,40 +181,4 @@ export async function startBenchApp(options: {
   service.registerChannels(transmit, {
     owner: (ctx: HttpContext, ownerId: string) => ctx.request.header('x-owner') === ownerId,
   })
-
-  await app.start(async () => {})
-  const server = await app.container.make('server')
-  await server.boot()
-  const serverTimes = new Map<string, number[]>()
-  const http: Server = createServer((req, res) => {
-    const started = performance.now()
-    res.once('finish', () => {
-      const times = serverTimes.get(req.url ?? '') ?? []
-      if (times.length < 100_000) times.push(performance.now() - started)
-      serverTimes.set(req.url ?? '', times)
-    })
-    return server.handle(req, res)
-  })
-  await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve))
-
-  const { processor } = await service.parts()
-  const kick = processor.kick.bind(processor)
-  return {
-    app,
-    payouts: service,
-    url: `http://127.0.0.1:${(http.address() as AddressInfo).port}`,
-    prefix,
-    inboxTable,
-    serverTimes,
-    setProcessing(on) {
-      processor.kick = on ? kick : () => {}
-    },
-    async close() {
-      http.closeAllConnections()
-      await new Promise((resolve) => http.close(resolve))
-      await service.close()
-      await dropPayoutsTables(db.connection().schema, prefix)
-      await app.terminate()
-    },
-  }
 }

@@ -1,8 +1,13 @@
 import { Agent, request } from 'undici'
 import { PayoutsClient } from '../src/client/main.ts'
 import { payoutSchema } from '../src/schemas/resources.ts'
-import type { Child } from './ipc.ts'
-import { median, summarize, type Summary } from './stats.ts'
+import { startChild, type Child } from './ipc.ts'
+import { QUICK, type Check } from './setup.ts'
+import { median, round as rounded, summarize, type Summary } from './stats.ts'
+
+/** The client-overhead settings of this run. */
+export const CLIENT = { calls: 1000, warmup: 200, rounds: QUICK ? 3 : 11 }
+const EMULATOR_SERVER = new URL('./emulator_server.ts', import.meta.url)
 
 export interface ClientOverheadResult {
   calls: number
@@ -109,4 +114,84 @@ export async function measureClientOverhead(options: {
     await client.close()
     await agent.close()
   }
+}
+
+/** The client-overhead measure against an emulator child process; a failure is a result. */
+export async function runClientOverhead(): Promise<ClientOverheadResult | { error: string }> {
+  const emulator = await startChild<{
+    baseUrl: string
+    apiKey: string
+    paymentMethodId: string
+  }>(EMULATOR_SERVER)
+  try {
+    return await measureClientOverhead({ emulator, ...CLIENT })
+  } catch (error) {
+    return { error: (error as Error).message }
+  } finally {
+    await emulator.stop()
+  }
+}
+
+/** The client-overhead rows of the results table. */
+export function clientChecks(c: ClientOverheadResult | { error: string }): Check[] {
+  if ('error' in c) {
+    return [
+      {
+        id: 'client.ratio',
+        measure: 'client overhead',
+        db: 'emulator',
+        value: null,
+        unit: '',
+        target: `failed: ${c.error}`,
+        pass: false,
+      },
+    ]
+  }
+  return [
+    {
+      id: 'client.mean',
+      measure: `getPayout via PayoutsClient, mean per call (p50 ${c.client.p50.toFixed(3)})`,
+      db: 'emulator',
+      value: rounded(c.client.mean, 3),
+      unit: 'ms',
+      target: '',
+      pass: null,
+    },
+    {
+      id: 'client.raw_mean',
+      measure: `raw undici GET, mean per call (p50 ${c.raw.p50.toFixed(3)})`,
+      db: 'emulator',
+      value: rounded(c.raw.mean, 3),
+      unit: 'ms',
+      target: '',
+      pass: null,
+    },
+    {
+      id: 'client.ratio',
+      measure: `client / raw, ratio of the means, median of rounds of ${c.calls} calls per arm: ${c.perRoundRatio.map((x) => x.toFixed(3)).join(' ')}`,
+      db: 'emulator',
+      value: rounded(c.ratio, 4),
+      unit: 'x',
+      target: '<= 1.10',
+      pass: c.ratio <= 1.1,
+    },
+    {
+      id: 'client.median_ratio',
+      measure: `client / raw, ratio of the medians, median of rounds: ${c.perRoundMedianRatio.map((x) => x.toFixed(3)).join(' ')}`,
+      db: 'emulator',
+      value: rounded(c.medianRatio, 4),
+      unit: 'x',
+      target: '<= 1.10',
+      pass: c.medianRatio <= 1.1,
+    },
+    {
+      id: 'client.validated_ratio',
+      measure: 'raw + zod payout schema / raw (cost of response validation)',
+      db: 'emulator',
+      value: rounded(c.validatedRatio, 4),
+      unit: 'x',
+      target: '',
+      pass: null,
+    },
+  ]
 }

@@ -4,7 +4,11 @@ import { EventSource, Pool } from 'undici'
 import { ROUTES } from './app.ts'
 import { deliveryId, signedHeaders, statusEvent } from './deliveries.ts'
 import type { Child } from './ipc.ts'
-import { sleep, summarize, type Summary } from './stats.ts'
+import { QUICK, type Check } from './setup.ts'
+import { round, sleep, summarize, type Summary } from './stats.ts'
+
+/** The fan-out settings of this run. */
+export const FANOUT = { deliveries: QUICK ? 60 : 300, warmup: 20, perMessageTimeoutMs: 2000 }
 
 export interface FanoutResult {
   deliveries: number
@@ -106,4 +110,44 @@ export async function measureFanout(options: {
     ack: summarize(acks),
     timedOut,
   }
+}
+
+/** The fan-out rows of the results table for store `key` (a failure is a missed target). */
+export function fanoutChecks(key: string, f: FanoutResult | undefined, error?: string): Check[] {
+  if (!f) {
+    return [
+      {
+        id: `${key}.fanout.p99`,
+        measure: `fan-out: failed, ${error}`,
+        db: key,
+        value: null,
+        unit: '',
+        target: '< 25',
+        pass: false,
+      },
+    ]
+  }
+  return [
+    {
+      id: `${key}.fanout.p50`,
+      measure: `fan-out POST -> Transmit subscriber p50 (${f.received}/${f.deliveries} received)`,
+      db: key,
+      value: round(f.latency.p50, 2),
+      unit: 'ms',
+      target: '',
+      pass: null,
+    },
+    {
+      id: `${key}.fanout.p99`,
+      measure:
+        'fan-out POST -> Transmit subscriber p99' +
+        (f.missed ? `, ${f.missed} missed` : '') +
+        (f.timedOut ? ', time cap hit' : ''),
+      db: key,
+      value: round(f.latency.p99, 2),
+      unit: 'ms',
+      target: '< 25',
+      pass: f.latency.p99 < 25 && f.missed === 0 && !f.timedOut,
+    },
+  ]
 }

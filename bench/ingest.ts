@@ -1,7 +1,8 @@
 import { ROUTES } from './app.ts'
 import type { Child } from './ipc.ts'
 import { loadRoute, pool, strip, type LoadResult, type LoadRun } from './load.ts'
-import { median, summarize, type Summary } from './stats.ts'
+import { QUICK, type Check } from './setup.ts'
+import { median, round as rounded, summarize, type Summary } from './stats.ts'
 
 export type RouteName = keyof typeof ROUTES
 
@@ -14,6 +15,18 @@ export interface IngestSettings {
   fixedConnections: number
   fixedS: number
   drainMs: number
+}
+
+/** The ingest settings of this run. */
+export const INGEST: IngestSettings = {
+  connections: 16,
+  warmupS: 1,
+  rounds: 5,
+  roundS: QUICK ? 1 : 2,
+  fixedRate: 500,
+  fixedConnections: 20,
+  fixedS: QUICK ? 2 : 4,
+  drainMs: QUICK ? 1000 : 3000,
 }
 
 /** What the app process saw during fixed-rate runs (its own time, apart from the machine's). */
@@ -178,4 +191,122 @@ export async function measureIngest(
     fixedPluginProcessing: { ...withProcessing, backlogAfter },
     drain: { ...drain, rowsPerSecond: drain.rows / drain.seconds },
   }
+}
+
+/** The ingest rows of the results table for store `key`. */
+export function ingestChecks(key: string, i: IngestResult): Check[] {
+  const failures = (route: 'plugin' | 'insert' | 'bare') => {
+    const n = i.rounds.reduce((sum, x) => sum + x[route].non2xx + x[route].errors, 0)
+    return n ? ` (${n} non-2xx or errors!)` : ''
+  }
+  const fixedNote = (x: { okPerSecond: number; non2xx: number; errors: number }) =>
+    `${x.okPerSecond.toFixed(0)}/s achieved` +
+    (x.non2xx + x.errors ? `, ${x.non2xx} non-2xx, ${x.errors} errors` : '')
+  return [
+    {
+      id: `${key}.ingest.plugin_rps`,
+      measure: `ingest max: plugin route (verify+insert+ack)${failures('plugin')}`,
+      db: key,
+      value: rounded(i.okPerSecond.plugin, 0),
+      unit: '/s',
+      target: '',
+      pass: null,
+    },
+    {
+      id: `${key}.ingest.insert_rps`,
+      measure: `ingest max: insert-only route${failures('insert')}`,
+      db: key,
+      value: rounded(i.okPerSecond.insert, 0),
+      unit: '/s',
+      target: '',
+      pass: null,
+    },
+    {
+      id: `${key}.ingest.bare_rps`,
+      measure: `ingest max: bare route (reads body, 200)${failures('bare')}`,
+      db: key,
+      value: rounded(i.okPerSecond.bare, 0),
+      unit: '/s',
+      target: '',
+      pass: null,
+    },
+    {
+      id: `${key}.ingest.plugin_vs_insert`,
+      measure: `ratio plugin / insert-only, median of rounds ${i.perRoundPluginVsInsert.map((x) => x.toFixed(2)).join(' ')}`,
+      db: key,
+      value: rounded(i.pluginVsInsert, 4),
+      unit: 'x',
+      target: '>= 0.8',
+      pass: i.pluginVsInsert >= 0.8,
+    },
+    {
+      id: `${key}.ingest.plugin_vs_bare`,
+      measure: 'ratio plugin / bare (median of rounds)',
+      db: key,
+      value: rounded(i.pluginVsBare, 4),
+      unit: 'x',
+      target: '',
+      pass: null,
+    },
+    {
+      id: `${key}.ack.p50`,
+      measure: `ack latency p50 @${INGEST.fixedRate}/s, plugin (${fixedNote(i.fixedPlugin)})`,
+      db: key,
+      value: rounded(i.fixedPlugin.latency.p50, 2),
+      unit: 'ms',
+      target: '',
+      pass: null,
+    },
+    {
+      id: `${key}.ack.p99`,
+      measure: `ack latency p99 @${INGEST.fixedRate}/s, plugin`,
+      db: key,
+      value: rounded(i.fixedPlugin.latency.p99, 2),
+      unit: 'ms',
+      target: '< 20',
+      pass:
+        i.fixedPlugin.latency.p99 < 20 && i.fixedPlugin.non2xx === 0 && i.fixedPlugin.errors === 0,
+    },
+    {
+      id: `${key}.ack.insert_p99`,
+      measure: `p99 @${INGEST.fixedRate}/s, insert-only route (baseline; p50 ${i.fixedInsert.latency.p50.toFixed(2)})`,
+      db: key,
+      value: rounded(i.fixedInsert.latency.p99, 2),
+      unit: 'ms',
+      target: '',
+      pass: null,
+    },
+    {
+      id: `${key}.ack.in_app_p99`,
+      measure:
+        `in-app handling p99 @${INGEST.fixedRate}/s, plugin (insert-only ` +
+        `${i.fixedInsert.server.handling.p99.toFixed(2)}; event-loop delay max ` +
+        `${Math.max(i.fixedPlugin.server.loopDelayMaxMs, i.fixedInsert.server.loopDelayMaxMs).toFixed(1)})`,
+      db: key,
+      value: rounded(i.fixedPlugin.server.handling.p99, 2),
+      unit: 'ms',
+      target: '',
+      pass: null,
+    },
+    {
+      id: `${key}.ack.processing_p99`,
+      measure:
+        `ack p99 @${INGEST.fixedRate}/s, plugin, inbox processed in-process ` +
+        `(${fixedNote(i.fixedPluginProcessing)}, backlog ${i.fixedPluginProcessing.backlogAfter})`,
+      db: key,
+      value: rounded(i.fixedPluginProcessing.latency.p99, 2),
+      unit: 'ms',
+      target: '',
+      pass: null,
+    },
+    {
+      id: `${key}.inbox.drain_rps`,
+      measure: 'inbox drain from a backlog (claim, ledger apply, mark)',
+      db: key,
+      value: rounded(i.drain.rowsPerSecond, 0),
+      unit: 'rows/s',
+      target: '',
+      pass: null,
+    },
+  ]
 }

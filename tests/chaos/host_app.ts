@@ -11,10 +11,7 @@
  */
 import 'reflect-metadata'
 import { appendFileSync, readFileSync } from 'node:fs'
-import { createServer } from 'node:http'
-import { IgnitorFactory } from '@adonisjs/core/factories'
 import { defineConfig as defineLoggerConfig } from '@adonisjs/core/logger'
-import { defineConfig as defineDbConfig } from '@adonisjs/lucid'
 import {
   EscrowDeposit,
   ExecutionIntent,
@@ -23,6 +20,7 @@ import {
 } from '../../src/models/main.ts'
 import { BASE_URL } from '../helpers/app.ts'
 import { connectionConfig } from '../helpers/database.ts'
+import { serveHostApp, type HostAppParts } from '../helpers/host_app.ts'
 import {
   refOf,
   sleep,
@@ -60,138 +58,117 @@ const connection =
       }
     : base
 
-const ignitor = new IgnitorFactory()
-  .withCoreProviders()
-  .withCoreConfig()
-  .merge({
-    config: {
-      logger: defineLoggerConfig({
-        default: 'app',
-        loggers: { app: { enabled: true, level: 'error' } },
-      }),
-      database: defineDbConfig({
-        connection: 'primary',
-        connections: { primary: connection },
-      }),
-      payouts: {
-        apiKey: config.apiKey,
-        baseUrl: config.baseUrl,
-        // Short timeouts and backoffs: the emulator's faults cost milliseconds, not minutes.
-        timeoutMs: 1000,
-        retry: { maxRetries: 5, baseDelayMs: 50, jitter: 0.2 },
-        clientRateLimiter: false,
-        allowInsecureLoopbackWebhooks: true,
-        // No configured secret: the route accepts the stored subscription's current one.
-        // The emulator's clock runs ahead of ours once the parent flushes its retries.
-        // Database waits are bounded well inside the run's stall (a few seconds).
-        webhook: { toleranceSeconds: 3600, retryIntervalMs: 250, ackTimeoutMs: 1500 },
-        jobs: {
-          enabled: true,
-          // One reconciliation pass runs at the end; during the run, webhooks carry the state.
-          reconcileEveryMs: 0,
-          escrowEveryMs: 500,
-          recoverEveryMs: 5000,
-          escrowConfirmAfterMinutes: 0.02,
-          // An injected 500 on confirm-escrow is a refusal: tried again after this, not minutes.
-          escrowRetryBackoffMs: 500,
-          runTimeoutMs: 5000,
-        },
-        reconcile: { staleAfterMs: 0, batchSize: 5000, budgetShare: 1 },
-        ledger: { tablePrefix: config.prefix, transactionTimeoutMs: 2000 },
-      },
-    },
-    rcFileContents: {
-      providers: [
-        () => import('@adonisjs/lucid/database_provider'),
-        () => import('../../providers/payouts_provider.ts'),
-      ],
-    },
+let armed = false
+
+/**
+ * Logs what the parent checks: the client's retries, the deliveries the inbox refused as
+ * stored already, every app event (pausing on the armed one), every answer of the route.
+ */
+async function watch({ app, payouts, route }: HostAppParts) {
+  // Client retries are counted where the client reports them: its debug log line.
+  const appLogger = await app.container.make('logger')
+  const debug = appLogger.debug.bind(appLogger)
+  appLogger.debug = ((obj: any, msg?: string, ...rest: any[]) => {
+    if (msg === 'payouts request retry') log({ k: 'retry', path: obj.path, code: obj.code ?? null })
+    return (debug as any)(obj, msg, ...rest)
+  }) as typeof appLogger.debug
+
+  // Deliveries the inbox refused as already stored (duplicates and retries of stored ones).
+  const { inbox } = await payouts.parts()
+  const insert = inbox.insert.bind(inbox)
+  inbox.insert = async (input) => {
+    const outcome = await insert(input)
+    if (outcome === 'duplicate') log({ k: 'duplicate', deliveryId: input.deliveryId })
+    return outcome
+  }
+
+  const emitter = await app.container.make('emitter')
+  emitter.onAny(async (name, data: any) => {
+    const event = String(name)
+    if (!event.startsWith('payouts:')) return
+    if (event.startsWith('payouts:escrow_')) {
+      log({ k: 'escrow', name: event, quoteId: data.quoteId, payoutId: data.payoutId ?? null })
+      return
+    }
+    if (!data || !('previousStatus' in data)) {
+      log({ k: 'other', name: event })
+      return
+    }
+    if (armed && event === 'payouts:status_updated' && data.source === 'webhook') {
+      // The worst moment for a crash: the change is committed, its event not yet handled.
+      armed = false
+      send({ type: 'paused', eventId: String(data.eventId), pid: process.pid })
+      await new Promise(() => {})
+    }
+    log({
+      k: 'event',
+      name: event,
+      eventId: data.eventId === undefined ? null : String(data.eventId),
+      payoutId: data.payoutId,
+      status: data.status,
+      step: data.step,
+      previousStatus: data.previousStatus,
+      previousStep: data.previousStep,
+      source: data.source,
+      completedAt: data.completedAt,
+    })
   })
-  .create(BASE_URL, {
-    importer: (filePath) =>
-      filePath.startsWith('.') ? import(new URL(filePath, BASE_URL).href) : import(filePath),
+
+  // Every answer of the route, with the signature it was given: the parent tells which secret
+  // signed it, and checks who was refused around the rotation.
+  route.use(async (ctx, next) => {
+    const startedAt = Date.now()
+    await next()
+    log({
+      k: 'webhook',
+      deliveryId: ctx.request.header('svc-delivery-id') ?? '',
+      signature: ctx.request.header('svc-signature') ?? null,
+      status: ctx.response.getStatus(),
+      startedAt,
+      endedAt: Date.now(),
+    })
   })
-
-const app = ignitor.createApp('web')
-await app.init()
-await app.boot()
-const payouts = await app.container.make('payouts.manager')
-
-// Client retries are counted where the client reports them: its debug log line.
-const appLogger = await app.container.make('logger')
-const debug = appLogger.debug.bind(appLogger)
-appLogger.debug = ((obj: any, msg?: string, ...rest: any[]) => {
-  if (msg === 'payouts request retry') log({ k: 'retry', path: obj.path, code: obj.code ?? null })
-  return (debug as any)(obj, msg, ...rest)
-}) as typeof appLogger.debug
-
-// Deliveries the inbox refused as already stored (duplicates and retries of stored ones).
-const { inbox } = await payouts.parts()
-const insert = inbox.insert.bind(inbox)
-inbox.insert = async (input) => {
-  const outcome = await insert(input)
-  if (outcome === 'duplicate') log({ k: 'duplicate', deliveryId: input.deliveryId })
-  return outcome
 }
 
-let armed = false
-const emitter = await app.container.make('emitter')
-emitter.onAny(async (name, data: any) => {
-  const event = String(name)
-  if (!event.startsWith('payouts:')) return
-  if (event.startsWith('payouts:escrow_')) {
-    log({ k: 'escrow', name: event, quoteId: data.quoteId, payoutId: data.payoutId ?? null })
-    return
-  }
-  if (!data || !('previousStatus' in data)) {
-    log({ k: 'other', name: event })
-    return
-  }
-  if (armed && event === 'payouts:status_updated' && data.source === 'webhook') {
-    // The worst moment for a crash: the change is committed, its event not yet handled.
-    armed = false
-    send({ type: 'paused', eventId: String(data.eventId), pid: process.pid })
-    await new Promise(() => {})
-  }
-  log({
-    k: 'event',
-    name: event,
-    eventId: data.eventId === undefined ? null : String(data.eventId),
-    payoutId: data.payoutId,
-    status: data.status,
-    step: data.step,
-    previousStatus: data.previousStatus,
-    previousStep: data.previousStep,
-    source: data.source,
-    completedAt: data.completedAt,
-  })
+const host = await serveHostApp({
+  root: BASE_URL,
+  port: config.port,
+  connection,
+  config: {
+    logger: defineLoggerConfig({
+      default: 'app',
+      loggers: { app: { enabled: true, level: 'error' } },
+    }),
+  },
+  payouts: {
+    apiKey: config.apiKey,
+    baseUrl: config.baseUrl,
+    // Short timeouts and backoffs: the emulator's faults cost milliseconds, not minutes.
+    timeoutMs: 1000,
+    retry: { maxRetries: 5, baseDelayMs: 50, jitter: 0.2 },
+    clientRateLimiter: false,
+    allowInsecureLoopbackWebhooks: true,
+    // No configured secret: the route accepts the stored subscription's current one.
+    // The emulator's clock runs ahead of ours once the parent flushes its retries.
+    // Database waits are bounded well inside the run's stall (a few seconds).
+    webhook: { toleranceSeconds: 3600, retryIntervalMs: 250, ackTimeoutMs: 1500 },
+    jobs: {
+      enabled: true,
+      // One reconciliation pass runs at the end; during the run, webhooks carry the state.
+      reconcileEveryMs: 0,
+      escrowEveryMs: 500,
+      recoverEveryMs: 5000,
+      escrowConfirmAfterMinutes: 0.02,
+      // An injected 500 on confirm-escrow is a refusal: tried again after this, not minutes.
+      escrowRetryBackoffMs: 500,
+      runTimeoutMs: 5000,
+    },
+    reconcile: { staleAfterMs: 0, batchSize: 5000, budgetShare: 1 },
+    ledger: { tablePrefix: config.prefix, transactionTimeoutMs: 2000 },
+  },
+  setup: watch,
 })
-
-const router = await app.container.make('router')
-router.use([() => import('@adonisjs/core/bodyparser_middleware')])
-const route = await payouts.registerRoutes(router)
-// Every answer of the route, with the signature it was given: the parent tells which secret
-// signed it, and checks who was refused around the rotation.
-route.use(async (ctx, next) => {
-  const startedAt = Date.now()
-  await next()
-  log({
-    k: 'webhook',
-    deliveryId: ctx.request.header('svc-delivery-id') ?? '',
-    signature: ctx.request.header('svc-signature') ?? null,
-    status: ctx.response.getStatus(),
-    startedAt,
-    endedAt: Date.now(),
-  })
-})
-await app.start(async () => {})
-const server = await app.container.make('server')
-await server.boot()
-const http = createServer((req, res) => server.handle(req, res))
-await new Promise<void>((resolve, reject) => {
-  http.once('error', reject)
-  http.listen(config.port, '127.0.0.1', resolve)
-})
+const { payouts } = host
 
 // Escrow deposits are made by the parent (it owns the emulator, the "chain").
 const depositWaiters = new Map<string, Array<() => void>>()
@@ -268,9 +245,7 @@ async function call(name: HostCall) {
     }
   }
   setTimeout(async () => {
-    http.closeAllConnections()
-    await new Promise((resolve) => http.close(resolve))
-    await app.terminate()
+    await host.close()
     process.exit(0)
   }, 10)
   return { exiting: true }

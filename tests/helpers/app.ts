@@ -1,6 +1,6 @@
-import { IgnitorFactory } from '@adonisjs/core/factories'
 import type { ApplicationService } from '@adonisjs/core/types'
 import type { PayoutsConfigInput } from '../../src/define_config.ts'
+import { bootHostApp } from './host_app.ts'
 
 export const BASE_URL = new URL('../tmp/', import.meta.url)
 
@@ -8,38 +8,19 @@ export const BASE_URL = new URL('../tmp/', import.meta.url)
 export const TEST_API_KEY = `sk_test_${'A'.repeat(43)}`
 
 /**
- * Boots an AdonisJS app with the payouts provider, the AdonisJS way (IgnitorFactory),
- * and terminates it in the test's cleanup.
+ * Boots an AdonisJS app with the payouts provider (no Lucid) and terminates it in the
+ * test's cleanup.
  */
 export async function createApp(
   payouts: Partial<PayoutsConfigInput>,
   cleanup: (fn: () => Promise<void>) => void,
   extraConfig: Record<string, unknown> = {}
 ): Promise<ApplicationService> {
-  const ignitor = new IgnitorFactory()
-    .withCoreProviders()
-    .withCoreConfig()
-    .merge({
-      config: {
-        payouts: { apiKey: TEST_API_KEY, baseUrl: 'http://127.0.0.1:9', ...payouts },
-        ...extraConfig,
-      },
-      rcFileContents: {
-        providers: [() => import('../../providers/payouts_provider.ts')],
-      },
-    })
-    .create(BASE_URL, {
-      importer: (filePath) => {
-        if (filePath.startsWith('./') || filePath.startsWith('../')) {
-          return import(new URL(filePath, BASE_URL).href)
-        }
-        return import(filePath)
-      },
-    })
-
-  const app = ignitor.createApp('web')
-  await app.init()
-  await app.boot()
+  const app = await bootHostApp({
+    root: BASE_URL,
+    payouts: { apiKey: TEST_API_KEY, baseUrl: 'http://127.0.0.1:9', ...payouts },
+    config: extraConfig,
+  })
   cleanup(() => app.terminate())
   return app
 }
