@@ -1,0 +1,136 @@
+import { test } from '@japa/runner'
+import { DateTime } from 'luxon'
+import { PayoutsClient } from '../../src/client/main.ts'
+import { EscrowFallback } from '../../src/jobs/escrow_fallback.ts'
+import { EscrowDeposits } from '../../src/ledger/escrow_deposits.ts'
+import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
+import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
+import { EscrowDeposit } from '../../src/models/main.ts'
+import { startEmulator } from '../emulator/helpers.ts'
+import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
+
+/**
+ * A real database whose answer to one claim (the fallback's UPDATE of a deposit to
+ * `confirm_requested`) can be held back: the UPDATE has run and is committed, but the run
+ * that sent it has not heard back, as when its connection or its process stalls.
+ */
+async function databaseHoldingAClaim(cleanup: (fn: () => Promise<void>) => void) {
+  let armed = false
+  let holding = false
+  let reached!: () => void
+  const claimRan = new Promise<void>((resolve) => (reached = resolve))
+  let release!: () => void
+  const released = new Promise<void>((resolve) => (release = resolve))
+  const database = await setupDatabase(cleanup, 'escrow_race', {
+    connection: {
+      ...connectionConfig('escrow_race'),
+      // The held answer keeps its connection, as a stalled one does: SQLite's single
+      // connection would leave the later run none.
+      ...(TEST_DB === 'sqlite' && { pool: { min: 1, max: 2 } }),
+      // Knex hands every answer through here; a promise is waited for.
+      postProcessResponse: (response: unknown) => {
+        if (!holding) return response
+        holding = false
+        reached()
+        return released.then(() => response)
+      },
+    },
+  })
+  // Whatever happens, nothing is left waiting on the held answer (before the tables go).
+  cleanup(async () => release())
+  // Knex announces each statement as it sends it: the next claim is the one to hold. Nothing
+  // else is in flight while it runs, so the next answer knex hands through is the claim's.
+  database.db
+    .connection()
+    .getWriteClient()
+    .on('query', (query: { sql: string; bindings?: unknown[] }) => {
+      const claim =
+        query.sql.trim().toLowerCase().startsWith('update') &&
+        query.sql.includes(EscrowDeposit.table) &&
+        (query.bindings ?? []).includes('confirm_requested')
+      if (armed && claim) [armed, holding] = [false, true]
+    })
+  return {
+    ...database,
+    /** Holds the answer to the next claim sent. */
+    holdNextClaim: () => void (armed = true),
+    /** Resolves once the held claim has run in the database. */
+    claimRan,
+    /** Lets the held answer through. */
+    release: () => release(),
+  }
+}
+
+test.group(`Jobs | escrow fallback, a run given up inside its claim (${TEST_DB})`, () => {
+  test('a later run of the same process does not claim the deposit again: confirmed and announced once', async ({
+    assert,
+    cleanup,
+  }) => {
+    const database = await databaseHoldingAClaim(cleanup)
+    const { db } = database
+    const emu = await startEmulator(cleanup, { rateLimits: false })
+    const client = new PayoutsClient({
+      apiKey: emu.apiKey,
+      baseUrl: emu.baseUrl,
+      rateLimiter: false,
+    })
+    cleanup(() => client.close())
+    const recipient = emu.admin.seedRecipient()
+    const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
+    const { result } = await executor.execute({
+      fromCurrency: 'USDC',
+      toCurrency: 'MXN',
+      amount: 100,
+      recipientId: recipient.id,
+      walletAddress: '0x' + '7'.repeat(40),
+    })
+    const { quoteId } = result
+    const { txHash } = emu.admin.simulateDeposit({ quoteId, detect: false })
+
+    let confirmRequests = 0
+    const counting = {
+      getQuoteStatus: client.getQuoteStatus.bind(client),
+      confirmEscrowDeposit: (input: Parameters<PayoutsClient['confirmEscrowDeposit']>[0]) => {
+        confirmRequests++
+        return client.confirmEscrowDeposit(input)
+      },
+    }
+    const announced: string[] = []
+    const deposits = new EscrowDeposits({
+      db,
+      client: counting,
+      onConfirmed: (event) => void announced.push(event.quoteId),
+    })
+    // The job's clock: each run reads it once, when it starts.
+    const start = DateTime.now()
+    let clock = start
+    const escrow = new EscrowFallback({ db, deposits, now: () => clock })
+    await deposits.record({ quoteId, txHash, confirmedAt: start.minus({ minutes: 30 }) })
+
+    // The first run claims the deposit, at its time; the answer does not come back. The
+    // scheduler gives the run up at its deadline, and the run goes on in the background.
+    database.holdNextClaim()
+    const first = escrow.run()
+    await Promise.race([
+      database.claimRan,
+      first.then(() => {
+        throw new Error('the first run ended without claiming the deposit')
+      }),
+    ])
+    const claimed = await EscrowDeposit.findByOrFail('quoteId', quoteId)
+    assert.equal(claimed.state, 'confirm_requested')
+
+    // A later run of the same process, when the claim's time reads as an abandoned attempt.
+    clock = start.plus({ minutes: 11 })
+    const second = await escrow.run()
+
+    database.release()
+    const firstSummary = await first
+
+    assert.deepEqual(announced, [quoteId], 'payouts:escrow_confirmed fired once')
+    assert.equal(confirmRequests, 1, 'one confirmation sent')
+    assert.equal(firstSummary.checked + second.checked, 1, 'claimed by one run')
+    assert.equal(emu.admin.quote(quoteId)!.status, 'deposit_confirmed')
+    assert.equal((await EscrowDeposit.findByOrFail('quoteId', quoteId)).state, 'confirmed')
+  })
+})
