@@ -36,7 +36,7 @@ export interface EmulatorOptions {
 
 /**
  * A stateful, in-memory emulator of the Cross-Border Payout Service over real HTTP and
- * WebSocket, with a controllable clock and faults. See README "Testing a host app".
+ * WebSocket, with a controllable clock and faults. See README "Testing your app".
  */
 export class PayoutsEmulator {
   readonly baseUrl: string
