@@ -1,31 +1,8 @@
-import { DEFAULT_TABLE_PREFIX } from '../constants.ts'
-import { tableNames } from '../database/schema.ts'
-import EscrowDeposit from './escrow_deposit.ts'
-import ExecutionIntent from './execution_intent.ts'
-import Payout from './payout.ts'
-import PayoutEvent from './payout_event.ts'
-import Recipient from './recipient.ts'
-import WebhookDelivery from './webhook_delivery.ts'
-
-export { EscrowDeposit, ExecutionIntent, Payout, PayoutEvent, Recipient, WebhookDelivery }
-
-/** Points every model at the configured table prefix and connection. */
-export function configureModels(prefix = DEFAULT_TABLE_PREFIX, connection?: string) {
-  const names = tableNames(prefix)
-  Payout.table = names.payouts
-  PayoutEvent.table = names.payoutEvents
-  Recipient.table = names.recipients
-  WebhookDelivery.table = names.webhookDeliveries
-  EscrowDeposit.table = names.escrowDeposits
-  ExecutionIntent.table = names.executionIntents
-  for (const model of [
-    Payout,
-    PayoutEvent,
-    Recipient,
-    WebhookDelivery,
-    EscrowDeposit,
-    ExecutionIntent,
-  ]) {
-    model.connection = connection
-  }
-}
+/** The ledger's Lucid models, importable from `@svc/adonis-payouts/models`. */
+export { default as EscrowDeposit } from './escrow_deposit.ts'
+export { default as ExecutionIntent } from './execution_intent.ts'
+export { default as Payout } from './payout.ts'
+export { default as PayoutEvent } from './payout_event.ts'
+export { default as Recipient } from './recipient.ts'
+export { default as WebhookDelivery } from './webhook_delivery.ts'
+export { configureModels } from './configure_models.ts'
