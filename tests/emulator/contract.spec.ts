@@ -9,7 +9,7 @@ import {
   UnauthorizedError,
   WrongEnvironmentError,
 } from '../../src/client/main.ts'
-import { startEmulator, startReceiver } from './helpers.ts'
+import { startEmulator, startReceiver, testClient } from './helpers.ts'
 
 /** The client of the foundation issue, against the emulator: the two must agree. */
 async function setup(
@@ -18,16 +18,13 @@ async function setup(
 ) {
   const emu = await startEmulator(cleanup)
   const sleeps: number[] = []
-  const client = new PayoutsClient({
-    apiKey: emu.apiKey,
+  const client = testClient(cleanup, emu, {
     baseUrl: `${emu.baseUrl}/api`,
-    rateLimiter: false,
     sleep: async (ms) => {
       sleeps.push(ms)
     },
     ...clientOptions,
   })
-  cleanup(() => client.close())
   const recipient = await client.recipients.create({ name: 'Ada', currency: 'MXN' })
   const method = emu.admin.accountPaymentMethodId
   /** A fiat-to-fiat execute of 10 USD to MXN for the seeded recipient. */
@@ -48,17 +45,12 @@ function advancingClient(
   sleeps: number[],
   cleanup: (fn: () => Promise<void>) => void
 ) {
-  const client = new PayoutsClient({
-    apiKey: emu.apiKey,
-    baseUrl: emu.baseUrl,
-    rateLimiter: false,
+  return testClient(cleanup, emu, {
     sleep: async (ms) => {
       sleeps.push(ms)
       await emu.admin.advance(ms)
     },
   })
-  cleanup(() => client.close())
-  return client
 }
 
 test.group('Contract | client against the emulator', () => {

@@ -2,6 +2,7 @@ import { createHmac } from 'node:crypto'
 import { createServer, type IncomingHttpHeaders, type RequestListener } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { request, type WebSocket } from 'undici'
+import { PayoutsClient, type PayoutsClientOptions } from '../../src/client/main.ts'
 import { PayoutsEmulator, type EmulatorOptions } from '../../src/emulator/main.ts'
 
 /** Starts an emulator on a manual clock and stops it in the test's cleanup. */
@@ -43,17 +44,51 @@ export async function api(
   return { status: response.statusCode, headers: response.headers, json, text }
 }
 
-/** A fiat-to-fiat execute body for a freshly seeded recipient. */
-export function fiatBody(emu: PayoutsEmulator, overrides: Record<string, unknown> = {}) {
+/**
+ * Execute bodies of 100 for one freshly seeded recipient: fiat-to-fiat (USD from the
+ * account's payment method) and stablecoin-to-fiat (USDC from the given wallet), both to MXN.
+ */
+export function executeBodies(emu: PayoutsEmulator, walletAddress = '0x' + '9'.repeat(40)) {
   const recipient = emu.admin.seedRecipient()
-  return {
+  const fiat = {
     fromCurrency: 'USD',
     toCurrency: 'MXN',
     amount: 100,
     recipientId: recipient.id,
     userPaymentMethodId: emu.admin.accountPaymentMethodId,
-    ...overrides,
   }
+  const stable = {
+    fromCurrency: 'USDC',
+    toCurrency: 'MXN',
+    amount: 100,
+    recipientId: recipient.id,
+    walletAddress,
+  }
+  return { recipient, fiat, stable }
+}
+
+/** A fiat-to-fiat execute body for a freshly seeded recipient. */
+export function fiatBody(emu: PayoutsEmulator, overrides: Record<string, unknown> = {}) {
+  return { ...executeBodies(emu).fiat, ...overrides }
+}
+
+/**
+ * A client of the emulator (or of any test server, given its key and URL) without the
+ * client-side rate limiter, closed in the test's cleanup.
+ */
+export function testClient(
+  cleanup: (fn: () => Promise<void>) => void,
+  emu: { apiKey: string; baseUrl: string },
+  options: Partial<PayoutsClientOptions> = {}
+) {
+  const client = new PayoutsClient({
+    apiKey: emu.apiKey,
+    baseUrl: emu.baseUrl,
+    rateLimiter: false,
+    ...options,
+  })
+  cleanup(() => client.close())
+  return client
 }
 
 /** A stablecoin-to-fiat execute body: USDC from a wallet instead of an account payment method. */
