@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto'
 import { test } from '@japa/runner'
 import { DateTime } from 'luxon'
-import { PayoutsClient, PayoutsResponseError, ServerError } from '../../src/client/main.ts'
+import { PayoutsResponseError, ServerError } from '../../src/client/main.ts'
 import { Reconciler } from '../../src/jobs/reconciler.ts'
 import { E_ESCROW_CONFIRMATION_IN_FLIGHT } from '../../src/errors.ts'
 import { EscrowDeposit, Payout } from '../../src/models/main.ts'
-import { startEmulator } from '../emulator/helpers.ts'
+import { executeBodies, startEmulator, testClient } from '../emulator/helpers.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
@@ -26,21 +26,7 @@ async function setup(
   })
   /** confirm-escrow requests that reached the service. */
   const confirmRequests = () => wire.count('POST', '/rfq/confirm-escrow-deposit')
-  const recipient = emu.admin.seedRecipient()
-  const fiat = {
-    fromCurrency: 'USD',
-    toCurrency: 'MXN',
-    amount: 100,
-    recipientId: recipient.id,
-    userPaymentMethodId: emu.admin.accountPaymentMethodId,
-  }
-  const stable = {
-    fromCurrency: 'USDC',
-    toCurrency: 'MXN',
-    amount: 100,
-    recipientId: recipient.id,
-    walletAddress: '0x' + '8'.repeat(40),
-  }
+  const { fiat, stable } = executeBodies(emu, '0x' + '8'.repeat(40))
   return { emu, app, payouts: app.payouts, fiat, stable, confirmRequests }
 }
 
@@ -482,13 +468,7 @@ test.group(`Jobs | escrow fallback, a 500 whatever its body (${TEST_DB})`, () =>
 /** An emulator and an app its webhooks reach (subscribed to payout events). */
 async function subscribedApp(cleanup: (fn: () => Promise<void>) => void) {
   const emu = await startEmulator(cleanup, { rateLimits: false })
-  const client = new PayoutsClient({
-    apiKey: emu.apiKey,
-    baseUrl: emu.baseUrl,
-    rateLimiter: false,
-    allowInsecureLoopbackWebhooks: true,
-  })
-  cleanup(() => client.close())
+  const client = testClient(cleanup, emu, { allowInsecureLoopbackWebhooks: true })
   const sub = await client.webhooks.subscriptions.create({
     url: 'https://placeholder.example/h',
     events: ['payout.created', 'payout.status.updated'],
