@@ -2,14 +2,14 @@ import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { test } from '@japa/runner'
 import { DateTime } from 'luxon'
-import { PayoutsClient } from '../../src/client/main.ts'
+import type { Database } from '@adonisjs/lucid/database'
 import { EscrowFallback } from '../../src/jobs/escrow_fallback.ts'
 import { EscrowDeposits } from '../../src/ledger/escrow_deposits.ts'
 import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
-import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
+import { PayoutLedger, type LedgerHooks } from '../../src/ledger/payout_ledger.ts'
 import { toChangedEvent, type PayoutChange } from '../../src/ledger/vocabulary.ts'
 import { EscrowDeposit, ExecutionIntent, PayoutEvent } from '../../src/models/main.ts'
-import { startEmulator } from '../emulator/helpers.ts'
+import { testClient, executeBodies, startEmulator } from '../emulator/helpers.ts'
 import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { TcpProxy } from '../helpers/tcp_proxy.ts'
 import { waitFor } from './helpers.ts'
@@ -21,17 +21,36 @@ async function setup(
 ) {
   const { db } = database ?? (await setupDatabase(cleanup, 'regressions'))
   const emu = await startEmulator(cleanup, { rateLimits: false })
-  const client = new PayoutsClient({ apiKey: emu.apiKey, baseUrl: emu.baseUrl, rateLimiter: false })
-  cleanup(() => client.close())
-  const recipient = emu.admin.seedRecipient()
-  const stable = {
-    fromCurrency: 'USDC',
-    toCurrency: 'MXN',
-    amount: 100,
-    recipientId: recipient.id,
-    walletAddress: '0x' + '9'.repeat(40),
+  const client = testClient(cleanup, emu)
+  const { stable } = executeBodies(emu)
+  const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
+  /** Executes a stablecoin payout whose deposit lands on chain unseen by the service. */
+  const executeWithUnseenDeposit = async (body: typeof stable = stable) => {
+    const { result, intent } = await executor.execute(body)
+    const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
+    return { result, intent, txHash }
   }
-  return { db, emu, client, stable }
+  return { db, emu, client, stable, executor, executeWithUnseenDeposit }
+}
+
+/** A ledger whose process "dies" in its change hook: the change commits, its events never fire. */
+function dyingLedger(db: Database, hooks: LedgerHooks = {}) {
+  return new PayoutLedger(db, { ...hooks, onChange: () => new Promise(() => {}) })
+}
+
+/** Waits (5 s at most, looking every 10 ms) until `find` sees what another process did. */
+function eventually<T>(
+  what: string,
+  find: () => T | undefined | null | false | Promise<T | undefined | null | false>
+) {
+  return waitFor(what, find, { timeoutMs: 5000, everyMs: 10 })
+}
+
+/** The ledger of a restarted process, recording the changes it fires. */
+function restartedLedger(db: Database) {
+  const fired: PayoutChange[] = []
+  const ledger = new PayoutLedger(db, { onChange: (change) => void fired.push(change) })
+  return { ledger, fired }
 }
 
 test.group(`Chaos regressions | outbox (${TEST_DB})`, () => {
@@ -44,18 +63,15 @@ test.group(`Chaos regressions | outbox (${TEST_DB})`, () => {
     const live = new PayoutLedger(db, { onChange: () => {} })
     await live.apply({ payoutId, status: 'pending', step: 'initiated', source: 'execute' })
     // This process commits the next change, then "dies" in its hook: the events never fire.
-    const dying = new PayoutLedger(db, { onChange: () => new Promise(() => {}) })
+    const dying = dyingLedger(db)
     void dying.apply({ payoutId, status: 'processing', step: 'collected', source: 'webhook' })
-    const committed = await waitFor(
-      'the change to commit',
-      () => PayoutEvent.query().where('payout_uuid', payoutId).where('step', 'collected').first(),
-      { timeoutMs: 5000, everyMs: 10 }
+    const committed = await eventually('the change to commit', () =>
+      PayoutEvent.query().where('payout_uuid', payoutId).where('step', 'collected').first()
     )
     // A stale observation in between changes nothing and has nothing to notify.
     await live.apply({ payoutId, status: 'processing', step: 'compliance_cleared', source: 'poll' })
 
-    const fired: PayoutChange[] = []
-    const restarted = new PayoutLedger(db, { onChange: (change) => void fired.push(change) })
+    const { ledger: restarted, fired } = restartedLedger(db)
     assert.equal(await restarted.renotify(), 0, 'young rows are left to the process writing them')
     assert.equal(await restarted.renotify({ olderThanMs: 0 }), 1)
     assert.lengthOf(fired, 1)
@@ -89,16 +105,13 @@ test.group(`Chaos regressions | outbox (${TEST_DB})`, () => {
       source: 'websocket',
     })
     // The reconciliation read links the two ids; its process dies in the merge's hook.
-    const dying = new PayoutLedger(db, { onChange: () => new Promise(() => {}) })
+    const dying = dyingLedger(db)
     void dying.apply({ payoutId, readId, status: 'processing', step: 'collected', source: 'poll' })
-    const fold = await waitFor(
-      'the merge to commit',
-      () => PayoutEvent.query().where('payout_uuid', payoutId).where('event_type', 'merge').first(),
-      { timeoutMs: 5000, everyMs: 10 }
+    const fold = await eventually('the merge to commit', () =>
+      PayoutEvent.query().where('payout_uuid', payoutId).where('event_type', 'merge').first()
     )
 
-    const fired: PayoutChange[] = []
-    const restarted = new PayoutLedger(db, { onChange: (change) => void fired.push(change) })
+    const { ledger: restarted, fired } = restartedLedger(db)
     assert.equal(await restarted.renotify({ olderThanMs: 0 }), 1)
     assert.deepInclude(toChangedEvent(fired[0]), {
       eventId: String(fold.id),
@@ -129,23 +142,20 @@ test.group(`Chaos regressions | outbox (${TEST_DB})`, () => {
       fields: { ownerId: 'owner-1' },
     })
     // The read id's first sighting commits; its process dies before the events.
-    const dying = new PayoutLedger(db, { onChange: () => new Promise(() => {}) })
+    const dying = dyingLedger(db)
     void dying.apply({
       payoutId: readId,
       status: 'processing',
       step: 'converting',
       source: 'webhook',
     })
-    const sighting = await waitFor(
-      'the sighting to commit',
-      () => PayoutEvent.query().where('payout_uuid', readId).first(),
-      { timeoutMs: 5000, everyMs: 10 }
+    const sighting = await eventually('the sighting to commit', () =>
+      PayoutEvent.query().where('payout_uuid', readId).first()
     )
     // Another process links the ids before the sweep comes round.
     await live.apply({ payoutId, readId, status: 'processing', step: 'collected', source: 'poll' })
 
-    const fired: PayoutChange[] = []
-    const restarted = new PayoutLedger(db, { onChange: (change) => void fired.push(change) })
+    const { ledger: restarted, fired } = restartedLedger(db)
     assert.equal(await restarted.renotify({ olderThanMs: 0 }), 1)
     assert.deepInclude(toChangedEvent(fired[0]), {
       eventId: String(sighting.id),
@@ -178,12 +188,10 @@ test.group(`Chaos regressions | escrow detection (${TEST_DB})`, () => {
     })
     await EscrowDeposit.create({ quoteId, payoutUuid: payoutId, state: 'awaiting_deposit' })
     // The detecting change commits with the deposit, then its process "dies" in the hook.
-    const dying = new PayoutLedger(db, { ...hooks, onChange: () => new Promise(() => {}) })
+    const dying = dyingLedger(db, hooks)
     void dying.apply({ payoutId, status: 'processing', step: 'collected', source: 'webhook' })
-    const deposit = await waitFor(
-      'the detection to commit',
-      () => EscrowDeposit.query().where('quote_id', quoteId).where('state', 'confirmed').first(),
-      { timeoutMs: 5000, everyMs: 10 }
+    const deposit = await eventually('the detection to commit', () =>
+      EscrowDeposit.query().where('quote_id', quoteId).where('state', 'confirmed').first()
     )
     const fired: Array<Awaited<ReturnType<EscrowDeposits['confirmedBy']>>> = []
     const restarted = new PayoutLedger(db, {
@@ -204,10 +212,8 @@ test.group(`Chaos regressions | executor (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, emu, client, stable } = await setup(cleanup)
-    const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
-    const { result, intent } = await executor.execute(stable)
-    const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
+    const { db, emu, client, executor, executeWithUnseenDeposit } = await setup(cleanup)
+    const { result, intent, txHash } = await executeWithUnseenDeposit()
     await new EscrowDeposits({ db, client }).record({ quoteId: result.quoteId, txHash })
     // The outcome is re-sent and stored again (as after a lost answer): the service replays it.
     intent.state = 'unknown'
@@ -222,14 +228,10 @@ test.group(`Chaos regressions | executor (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, emu, client, stable } = await setup(cleanup)
-    const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
+    const { emu, executor, stable } = await setup(cleanup)
     emu.admin.setFaults({ processingDelayMs: 500 })
     const sending = executor.execute(stable)
-    await waitFor('the request to reach the service', () => emu.state.idempotency.size > 0, {
-      timeoutMs: 5000,
-      everyMs: 10,
-    })
+    await eventually('the request to reach the service', () => emu.state.idempotency.size > 0)
     assert.deepInclude(await executor.recover({ olderThanMs: 0 }), { resent: 0 })
     await sending
     const intent = await ExecutionIntent.firstOrFail()
@@ -242,10 +244,8 @@ test.group(`Chaos regressions | escrow fallback (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, emu, client, stable } = await setup(cleanup)
-    const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
-    const { result } = await executor.execute(stable)
-    const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
+    const { db, emu, client, executeWithUnseenDeposit } = await setup(cleanup)
+    const { result, txHash } = await executeWithUnseenDeposit()
     const confirmed: string[] = []
     const deposits = new EscrowDeposits({
       db,
@@ -277,12 +277,10 @@ test.group(`Chaos regressions | escrow fallback (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, emu, client, stable } = await setup(cleanup)
-    const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
+    const { db, client, stable, executeWithUnseenDeposit } = await setup(cleanup)
     const quotes: string[] = []
     for (let i = 0; i < 3; i++) {
-      const { result } = await executor.execute({ ...stable, amount: 100 + i })
-      const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
+      const { result, txHash } = await executeWithUnseenDeposit({ ...stable, amount: 100 + i })
       await new EscrowDeposits({ db, client }).record({
         quoteId: result.quoteId,
         txHash,
@@ -393,10 +391,8 @@ test.group(`Chaos regressions | the database lost right after an event fired (${
     cleanup,
   }) => {
     const database = await losableDatabase(cleanup)
-    const { db, emu, client, stable } = await setup(cleanup, database)
-    const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
-    const { result } = await executor.execute(stable)
-    const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
+    const { db, client, executeWithUnseenDeposit } = await setup(cleanup, database)
+    const { result, txHash } = await executeWithUnseenDeposit()
     const confirmed: string[] = []
     const deposits = new EscrowDeposits({
       db,

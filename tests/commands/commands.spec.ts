@@ -15,16 +15,12 @@ import PayoutsWebhooksList from '../../commands/payouts_webhooks_list.ts'
 import PayoutsWebhooksRotateSecret from '../../commands/payouts_webhooks_rotate_secret.ts'
 import { DateTime } from 'luxon'
 import { signPayload } from '../../src/signature/main.ts'
-import { startEmulator } from '../emulator/helpers.ts'
+import { executeBodies } from '../emulator/helpers.ts'
 import { TEST_DB } from '../helpers/database.ts'
-import { startHttpApp } from '../helpers/http_app.ts'
+import { startAppOnEmulator } from '../helpers/http_app.ts'
 
 async function setup(cleanup: (fn: () => Promise<void>) => void) {
-  const emu = await startEmulator(cleanup, { rateLimits: false })
-  const app = await startHttpApp(cleanup, {
-    apiKey: emu.apiKey,
-    baseUrl: emu.baseUrl,
-    clientRateLimiter: false,
+  const { emu, app } = await startAppOnEmulator(cleanup, {
     // One refused confirmation is the last: the command's failure shows in one run.
     jobs: { escrowMaxAttempts: 1 },
   })
@@ -241,14 +237,7 @@ test.group(`Commands (${TEST_DB})`, () => {
     cleanup,
   }) => {
     const { app, run, emu } = await setup(cleanup)
-    const recipient = emu.admin.seedRecipient()
-    const { result } = await app.payouts.execute({
-      fromCurrency: 'USDC',
-      toCurrency: 'MXN',
-      amount: 20,
-      recipientId: recipient.id,
-      walletAddress: '0x' + '9'.repeat(40),
-    })
+    const { result } = await app.payouts.execute({ ...executeBodies(emu).stable, amount: 20 })
     await app.payouts.escrow.recordDeposit({
       quoteId: result.quoteId,
       txHash: '0x' + '1'.repeat(64),

@@ -1,6 +1,20 @@
 import { test } from '@japa/runner'
 import { WebSocket } from 'undici'
-import { api, fiatBody, independentSignature, startEmulator, startReceiver } from './helpers.ts'
+import {
+  api,
+  closeCode,
+  execute,
+  fiatBody,
+  independentSignature,
+  listenLocally,
+  opened,
+  stablecoinBody,
+  startEmulator,
+  startReceiver,
+  startSubscribed,
+  subscribe,
+  waitFor,
+} from './helpers.ts'
 
 const DAY = 24 * 3600 * 1000
 
@@ -36,7 +50,7 @@ test.group('Emulator | Endpoints', () => {
     cleanup,
   }) => {
     const emu = await startEmulator(cleanup)
-    const res = await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    const res = await execute(emu)
     assert.equal(res.status, 200)
     assert.isTrue(res.json.success)
     assert.equal(res.json.data.status, 'accepted')
@@ -57,12 +71,8 @@ test.group('Emulator | Endpoints', () => {
     cleanup,
   }) => {
     const emu = await startEmulator(cleanup)
-    const body = fiatBody(emu, {
-      fromCurrency: 'USDC',
-      walletAddress: '0x' + '3'.repeat(40),
-      userPaymentMethodId: undefined,
-    })
-    const res = await api(emu, 'POST', '/rfq/execute', { body })
+    const body = stablecoinBody(emu)
+    const res = await execute(emu, body)
     assert.equal(res.json.data.status, 'awaiting_escrow_deposit')
     assert.match(res.json.data.depositAmountAtomic, /^\d+$/)
     assert.isNumber(res.json.data.chainId)
@@ -74,9 +84,7 @@ test.group('Emulator | Endpoints', () => {
     cleanup,
   }) => {
     const emu = await startEmulator(cleanup)
-    const res = await api(emu, 'POST', '/rfq/execute', {
-      body: fiatBody(emu, { toCurrency: 'USDC' }),
-    })
+    const res = await execute(emu, fiatBody(emu, { toCurrency: 'USDC' }))
     assert.equal(res.json.data.status, 'pending')
     assert.isString(res.json.data.paymentUrl)
     assert.notProperty(res.json.data, 'bankingInstructions')
@@ -112,7 +120,7 @@ test.group('Emulator | Endpoints', () => {
     cleanup,
   }) => {
     const emu = await startEmulator(cleanup)
-    const exec = await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    const exec = await execute(emu)
     const byUuid = await api(emu, 'GET', `/payouts/${exec.json.data.payoutId}`)
     const byReadId = await api(emu, 'GET', `/payouts/${byUuid.json.id}`)
     assert.match(byUuid.json.id, /^po_/)
@@ -185,7 +193,7 @@ test.group('Emulator | Authentication', () => {
   }) => {
     const emu = await startEmulator(cleanup)
     const readOnly = emu.admin.issueKey({ scopes: ['payouts:read', 'quotes:read'] })
-    const res = await api(emu, 'POST', '/rfq/execute', { key: readOnly, body: fiatBody(emu) })
+    const res = await execute(emu, fiatBody(emu), { key: readOnly })
     assert.equal(res.status, 403)
     assert.equal(res.json.code, 'FORBIDDEN')
     assert.equal((await api(emu, 'GET', '/payouts', { key: readOnly })).status, 200)
@@ -239,7 +247,7 @@ test.group('Emulator | Limits', () => {
     const statuses: number[] = []
     let last: any
     for (let i = 0; i < 11; i++) {
-      last = await api(emu, 'POST', '/rfq/execute', { body })
+      last = await execute(emu, body)
       statuses.push(last.status)
     }
     assert.deepEqual(statuses, [...Array(10).fill(200), 429])
@@ -247,16 +255,12 @@ test.group('Emulator | Limits', () => {
     assert.deepEqual(last.json, { error: 'rate limit exceeded' })
     assert.equal(last.headers['retry-after'], '2')
     await emu.admin.advance(2000)
-    assert.equal((await api(emu, 'POST', '/rfq/execute', { body })).status, 200)
+    assert.equal((await execute(emu, body)).status, 200)
   })
 
   test('Limits: replay is limited to 5 per minute per account', async ({ assert, cleanup }) => {
-    const emu = await startEmulator(cleanup)
-    const receiver = await startReceiver(cleanup)
-    await api(emu, 'POST', '/webhooks/subscriptions', {
-      body: { url: receiver.url, events: ['payout.created'] },
-    })
-    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    const { emu } = await startSubscribed(cleanup)
+    await execute(emu)
     await emu.admin.advance(0)
     const [delivery] = (await api(emu, 'GET', '/webhooks/deliveries')).json.data
     const second = emu.admin.issueKey()
@@ -282,8 +286,8 @@ test.group('Emulator | Idempotency', () => {
     const emu = await startEmulator(cleanup)
     const body = fiatBody(emu)
     const headers = { 'idempotency-key': 'order-0001-abcdef' }
-    const first = await api(emu, 'POST', '/rfq/execute', { body, headers })
-    const second = await api(emu, 'POST', '/rfq/execute', { body, headers })
+    const first = await execute(emu, body, { headers })
+    const second = await execute(emu, body, { headers })
     assert.deepEqual(second.json, first.json)
     assert.lengthOf(emu.admin.payouts(), 1)
   })
@@ -294,11 +298,8 @@ test.group('Emulator | Idempotency', () => {
   }) => {
     const emu = await startEmulator(cleanup)
     const headers = { 'idempotency-key': 'order-0002-abcdef' }
-    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu), headers })
-    const res = await api(emu, 'POST', '/rfq/execute', {
-      body: fiatBody(emu, { amount: 101 }),
-      headers,
-    })
+    await execute(emu, fiatBody(emu), { headers })
+    const res = await execute(emu, fiatBody(emu, { amount: 101 }), { headers })
     assert.equal(res.status, 409)
     assert.equal(res.json.code, 'IDEMPOTENCY_KEY_REUSED')
   })
@@ -311,9 +312,9 @@ test.group('Emulator | Idempotency', () => {
     emu.admin.setFaults({ processingDelayMs: 300 })
     const body = fiatBody(emu)
     const headers = { 'idempotency-key': 'order-0003-abcdef' }
-    const first = api(emu, 'POST', '/rfq/execute', { body, headers })
+    const first = execute(emu, body, { headers })
     await new Promise((resolve) => setTimeout(resolve, 100))
-    const second = await api(emu, 'POST', '/rfq/execute', { body, headers })
+    const second = await execute(emu, body, { headers })
     assert.equal(second.status, 409)
     assert.equal(second.json.code, 'IDEMPOTENCY_REQUEST_IN_FLIGHT')
     assert.equal(second.headers['retry-after'], '1')
@@ -326,17 +327,11 @@ test.group('Emulator | Idempotency', () => {
   }) => {
     const emu = await startEmulator(cleanup, { rateLimits: false })
     for (let i = 0; i < 20; i++) {
-      await api(emu, 'POST', '/rfq/execute', {
-        body: fiatBody(emu),
-        headers: { 'idempotency-key': `bounded-key-${i}` },
-      })
+      await execute(emu, fiatBody(emu), { headers: { 'idempotency-key': `bounded-key-${i}` } })
     }
     assert.equal(emu.admin.sizes().idempotency, 20)
     await emu.admin.advance(DAY + 1000)
-    await api(emu, 'POST', '/rfq/execute', {
-      body: fiatBody(emu),
-      headers: { 'idempotency-key': 'bounded-key-new' },
-    })
+    await execute(emu, fiatBody(emu), { headers: { 'idempotency-key': 'bounded-key-new' } })
     assert.equal(emu.admin.sizes().idempotency, 1)
   })
 })
@@ -354,9 +349,7 @@ test.group('Emulator | Errors', () => {
     cleanup,
   }) => {
     const emu = await startEmulator(cleanup)
-    const res = await api(emu, 'POST', '/rfq/execute', {
-      body: fiatBody(emu, { reference: 'x'.repeat(256) }),
-    })
+    const res = await execute(emu, fiatBody(emu, { reference: 'x'.repeat(256) }))
     assert.equal(res.json.code, 'INVALID_PARAMETER')
     assert.deepInclude(res.json.details, { field: 'reference', bound: 255 })
     assert.lengthOf(emu.admin.payouts(), 0)
@@ -368,33 +361,30 @@ test.group('Emulator | Errors', () => {
   }) => {
     const emu = await startEmulator(cleanup)
     const foreign = emu.admin.seedRecipient({}, 'acct_other')
-    const res = await api(emu, 'POST', '/rfq/execute', {
-      body: fiatBody(emu, { recipientId: foreign.id }),
-    })
+    const res = await execute(emu, fiatBody(emu, { recipientId: foreign.id }))
     assert.equal(res.status, 400)
     assert.equal(res.json.details.field, 'recipientId')
   })
 
   test('Errors 400: a missing flow-specific field names it', async ({ assert, cleanup }) => {
     const emu = await startEmulator(cleanup)
-    const res = await api(emu, 'POST', '/rfq/execute', {
-      body: fiatBody(emu, { fromCurrency: 'USDC', userPaymentMethodId: undefined }),
-    })
+    const res = await execute(
+      emu,
+      fiatBody(emu, { fromCurrency: 'USDC', userPaymentMethodId: undefined })
+    )
     assert.equal(res.json.details.field, 'walletAddress')
   })
 
   test('Errors 422: an amount outside the coverage bounds', async ({ assert, cleanup }) => {
     const emu = await startEmulator(cleanup)
-    const res = await api(emu, 'POST', '/rfq/execute', {
-      body: fiatBody(emu, { fromCurrency: 'JPY', amount: 50 }),
-    })
+    const res = await execute(emu, fiatBody(emu, { fromCurrency: 'JPY', amount: 50 }))
     assert.equal(res.status, 422)
     assert.deepInclude(res.json.details, { field: 'amount', min: 100 })
   })
 
   test("Errors 404: another account's payout is not found", async ({ assert, cleanup }) => {
     const emu = await startEmulator(cleanup)
-    const exec = await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    const exec = await execute(emu)
     const other = emu.admin.issueKey({ accountId: 'acct_other' })
     const res = await api(emu, 'GET', `/payouts/${exec.json.data.payoutId}`, { key: other })
     assert.equal(res.status, 404)
@@ -407,7 +397,7 @@ test.group('Emulator | States and transitions', () => {
     cleanup,
   }) => {
     const emu = await startEmulator(cleanup)
-    const exec = await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    const exec = await execute(emu)
     const id = exec.json.data.payoutId
     const seen: string[] = []
     for (let i = 0; i < 7; i++) {
@@ -432,15 +422,9 @@ test.group('Emulator | States and transitions', () => {
     cleanup,
   }) => {
     const emu = await startEmulator(cleanup)
-    const fail = await api(emu, 'POST', '/rfq/execute', {
-      body: fiatBody(emu, { reference: 'scenario:fail' }),
-    })
-    const cancel = await api(emu, 'POST', '/rfq/execute', {
-      body: fiatBody(emu, { reference: 'scenario:cancel' }),
-    })
-    const stall = await api(emu, 'POST', '/rfq/execute', {
-      body: fiatBody(emu, { reference: 'scenario:stall' }),
-    })
+    const fail = await execute(emu, fiatBody(emu, { reference: 'scenario:fail' }))
+    const cancel = await execute(emu, fiatBody(emu, { reference: 'scenario:cancel' }))
+    const stall = await execute(emu, fiatBody(emu, { reference: 'scenario:stall' }))
     await emu.admin.advance(60_000)
     const status = async (r: any) =>
       (await api(emu, 'GET', `/payouts/${r.json.data.payoutId}`)).json
@@ -454,12 +438,8 @@ test.group('Emulator | States and transitions', () => {
     cleanup,
   }) => {
     const emu = await startEmulator(cleanup, { escrowDetectionDelayMs: 30_000 })
-    const body = fiatBody(emu, {
-      fromCurrency: 'USDC',
-      walletAddress: '0x' + '3'.repeat(40),
-      userPaymentMethodId: undefined,
-    })
-    const exec = await api(emu, 'POST', '/rfq/execute', { body })
+    const body = stablecoinBody(emu)
+    const exec = await execute(emu, body)
     const quoteId = exec.json.data.quoteId
     await emu.admin.advance(600_000)
     assert.equal(
@@ -481,12 +461,8 @@ test.group('Emulator | States and transitions', () => {
     cleanup,
   }) => {
     const emu = await startEmulator(cleanup)
-    const body = fiatBody(emu, {
-      fromCurrency: 'USDC',
-      walletAddress: '0x' + '3'.repeat(40),
-      userPaymentMethodId: undefined,
-    })
-    const { quoteId } = (await api(emu, 'POST', '/rfq/execute', { body })).json.data
+    const body = stablecoinBody(emu)
+    const { quoteId } = (await execute(emu, body)).json.data
     const { txHash } = emu.admin.simulateDeposit({ quoteId, detect: false })
     await emu.admin.advance(600_000)
     const first = await api(emu, 'POST', '/rfq/confirm-escrow-deposit', {
@@ -505,12 +481,8 @@ test.group('Emulator | States and transitions', () => {
   }) => {
     const emu = await startEmulator(cleanup, { rateLimits: false })
     const make = async () => {
-      const body = fiatBody(emu, {
-        fromCurrency: 'USDC',
-        walletAddress: '0x' + '3'.repeat(40),
-        userPaymentMethodId: undefined,
-      })
-      return (await api(emu, 'POST', '/rfq/execute', { body })).json.data.quoteId as string
+      const body = stablecoinBody(emu)
+      return (await execute(emu, body)).json.data.quoteId as string
     }
     const cases = [
       async () => ({ quoteId: await make(), txHash: '0x' + '9'.repeat(64) }),
@@ -561,11 +533,9 @@ test.group('Emulator | Events', () => {
   }) => {
     const emu = await startEmulator(cleanup)
     const receiver = await startReceiver(cleanup)
-    const sub = await api(emu, 'POST', '/webhooks/subscriptions', {
-      body: { url: receiver.url, events: ['payout.created', 'payout.status.updated'] },
-    })
+    const sub = await subscribe(emu, receiver.url, ['payout.created', 'payout.status.updated'])
     assert.match(sub.json.secret, /^whsec_/)
-    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    await execute(emu)
     await emu.admin.advance(0)
     assert.lengthOf(receiver.received, 1)
     const [delivery] = receiver.received
@@ -592,12 +562,8 @@ test.group('Emulator | Events', () => {
     assert,
     cleanup,
   }) => {
-    const emu = await startEmulator(cleanup)
-    const receiver = await startReceiver(cleanup, [500])
-    await api(emu, 'POST', '/webhooks/subscriptions', {
-      body: { url: receiver.url, events: ['payout.created'] },
-    })
-    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    const { emu, receiver } = await startSubscribed(cleanup, {}, [500])
+    await execute(emu)
     const counts: number[] = []
     for (const step of [0, 29_000, 1000, 119_000, 1000, 479_000, 1000, 1_919_000, 1000]) {
       await emu.admin.advance(step)
@@ -614,12 +580,8 @@ test.group('Emulator | Events', () => {
     assert,
     cleanup,
   }) => {
-    const emu = await startEmulator(cleanup)
-    const receiver = await startReceiver(cleanup)
-    await api(emu, 'POST', '/webhooks/subscriptions', {
-      body: { url: receiver.url, events: ['payout.created'] },
-    })
-    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    const { emu, receiver } = await startSubscribed(cleanup)
+    await execute(emu)
     await emu.admin.advance(0)
     const original = String(receiver.received[0].headers['svc-delivery-id'])
     const replay = await api(emu, 'POST', `/webhooks/deliveries/${original}/replay`)
@@ -635,14 +597,10 @@ test.group('Emulator | Events', () => {
     assert,
     cleanup,
   }) => {
-    const emu = await startEmulator(cleanup)
-    const receiver = await startReceiver(cleanup)
-    const sub = await api(emu, 'POST', '/webhooks/subscriptions', {
-      body: { url: receiver.url, events: ['payout.created'] },
-    })
+    const { emu, receiver, subscription: sub } = await startSubscribed(cleanup)
     const rotated = await api(emu, 'POST', `/webhooks/subscriptions/${sub.json.id}/rotate-secret`)
     assert.notEqual(rotated.json.secret, sub.json.secret)
-    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    await execute(emu)
     await emu.admin.advance(0)
     const [d] = receiver.received
     const t = /t=(\d+)/.exec(String(d.headers['svc-signature']))![1]
@@ -662,12 +620,10 @@ test.group('Emulator | Events', () => {
   }) => {
     const emu = await startEmulator(cleanup)
     const [deleted, kept] = [await startReceiver(cleanup), await startReceiver(cleanup)]
-    const subscribe = (url: string) =>
-      api(emu, 'POST', '/webhooks/subscriptions', { body: { url, events: ['payout.created'] } })
-    const sub = await subscribe(deleted.url)
-    await subscribe(kept.url)
+    const sub = await subscribe(emu, deleted.url)
+    await subscribe(emu, kept.url)
     assert.equal((await api(emu, 'DELETE', `/webhooks/subscriptions/${sub.json.id}`)).status, 204)
-    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    await execute(emu)
     await emu.admin.advance(0)
     assert.lengthOf(kept.received, 1, 'the event was sent')
     assert.lengthOf(deleted.received, 0)
@@ -688,25 +644,17 @@ test.group('Emulator | Events', () => {
       'https://[::1]/h',
       'https://192.168.1.2/h',
     ]) {
-      const res = await api(emu, 'POST', '/webhooks/subscriptions', {
-        body: { url, events: ['payout.created'] },
-      })
+      const res = await subscribe(emu, url)
       assert.equal(res.status, 400, url)
       assert.equal(res.json.details.field, 'url')
     }
-    const unknownEvent = await api(emu, 'POST', '/webhooks/subscriptions', {
-      body: { url: 'https://example.com/h', events: ['payout.delivered'] },
-    })
+    const unknownEvent = await subscribe(emu, 'https://example.com/h', ['payout.delivered'])
     assert.equal(unknownEvent.status, 400)
     for (let i = 0; i < 25; i++) {
-      const res = await api(emu, 'POST', '/webhooks/subscriptions', {
-        body: { url: `https://example.com/h${i}`, events: ['payout.created'] },
-      })
+      const res = await subscribe(emu, `https://example.com/h${i}`)
       assert.equal(res.status, 201)
     }
-    const extra = await api(emu, 'POST', '/webhooks/subscriptions', {
-      body: { url: 'https://example.com/x', events: ['payout.created'] },
-    })
+    const extra = await subscribe(emu, 'https://example.com/x')
     assert.deepEqual([extra.status, extra.json.code], [409, 'MAX_ACTIVE_SUBSCRIPTIONS_EXCEEDED'])
   })
 
@@ -719,20 +667,21 @@ test.group('Emulator | Events', () => {
     cleanup(async () => socket.close())
     const messages: any[] = []
     socket.addEventListener('message', (e) => messages.push(JSON.parse(String(e.data))))
-    await new Promise((resolve) => socket.addEventListener('open', resolve, { once: true }))
+    await opened(socket)
     socket.send(JSON.stringify({ type: 'auth', apiKey: emu.apiKey }))
     await waitFor(() => messages.length > 0)
     assert.deepEqual(messages[0], { type: 'auth.ok' })
     const other = emu.admin.issueKey({ accountId: 'acct_other' })
-    await api(emu, 'POST', '/rfq/execute', {
-      key: other,
-      body: {
+    await execute(
+      emu,
+      {
         ...fiatBody(emu),
         recipientId: emu.admin.seedRecipient({}, 'acct_other').id,
         userPaymentMethodId: emu.admin.accountPaymentMethods('acct_other')[0].id,
       },
-    })
-    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+      { key: other }
+    )
+    await execute(emu)
     await waitFor(() => messages.length > 1)
     assert.lengthOf(messages, 2, "only this business's events")
     assert.equal(messages[1].type, 'payout.created')
@@ -745,16 +694,12 @@ test.group('Emulator | Events', () => {
   }) => {
     const emu = await startEmulator(cleanup, { wsAuthTimeoutMs: 100 })
     const socket = new WebSocket(emu.wsUrl)
-    const closed = new Promise<number>((resolve) =>
-      socket.addEventListener('close', (e) => resolve(e.code))
-    )
+    const closed = closeCode(socket)
     assert.equal(await closed, 4001)
     const bad = new WebSocket(emu.wsUrl)
-    await new Promise((resolve) => bad.addEventListener('open', resolve, { once: true }))
+    await opened(bad)
     bad.send(JSON.stringify({ type: 'auth', apiKey: 'sk_test_nope' }))
-    const badClose = await new Promise<number>((resolve) =>
-      bad.addEventListener('close', (e) => resolve(e.code))
-    )
+    const badClose = await closeCode(bad)
     assert.equal(badClose, 4001)
   })
 })
@@ -777,13 +722,9 @@ test.group('Emulator | Faults', () => {
   })
 
   test('Faults: webhook deliveries dropped or duplicated', async ({ assert, cleanup }) => {
-    const emu = await startEmulator(cleanup, { rateLimits: false })
-    const receiver = await startReceiver(cleanup)
-    await api(emu, 'POST', '/webhooks/subscriptions', {
-      body: { url: receiver.url, events: ['payout.created'] },
-    })
+    const { emu, receiver } = await startSubscribed(cleanup, { rateLimits: false })
     emu.admin.setFaults({ webhookDuplicateRate: 1 })
-    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    await execute(emu)
     await emu.admin.advance(10)
     assert.lengthOf(receiver.received, 2)
     assert.equal(
@@ -791,7 +732,7 @@ test.group('Emulator | Faults', () => {
       receiver.received[1].headers['svc-delivery-id']
     )
     emu.admin.setFaults({ webhookDropRate: 1 })
-    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    await execute(emu)
     await emu.admin.advance(10)
     assert.lengthOf(receiver.received, 2)
   })
@@ -811,14 +752,6 @@ test.group('Emulator | Faults', () => {
     assert.equal((await api(emu, 'GET', '/api/__emulator/state', { key: null })).status, 404)
   })
 })
-
-async function waitFor(check: () => boolean, timeoutMs = 2000) {
-  const started = Date.now()
-  while (!check()) {
-    if (Date.now() - started > timeoutMs) throw new Error('condition not met in time')
-    await new Promise((resolve) => setTimeout(resolve, 5))
-  }
-}
 
 test.group('Emulator | Faults and limits on the wire', () => {
   test('Faults: connection resets and 429 storms', async ({ assert, cleanup }) => {
@@ -840,27 +773,16 @@ test.group('Emulator | Faults and limits on the wire', () => {
     cleanup,
   }) => {
     const emu = await startEmulator(cleanup, { webhookTimeoutMs: 100 })
-    const { createServer } = await import('node:http')
-    const slow = createServer(() => {})
-    await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve))
-    cleanup(async () => {
-      slow.closeAllConnections()
-      await new Promise((resolve) => slow.close(resolve))
-    })
-    const url = `http://127.0.0.1:${(slow.address() as any).port}/hooks`
-    await api(emu, 'POST', '/webhooks/subscriptions', { body: { url, events: ['payout.created'] } })
-    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    const url = await listenLocally(cleanup, () => {})
+    await subscribe(emu, url)
+    await execute(emu)
     await emu.admin.advance(0)
     const [delivery] = (await api(emu, 'GET', '/webhooks/deliveries')).json.data
     assert.deepInclude(delivery, { status: 'retrying', attempts: 1 })
   })
 
   test('Limits: webhook payloads over 256 KB are dropped', async ({ assert, cleanup }) => {
-    const emu = await startEmulator(cleanup)
-    const receiver = await startReceiver(cleanup)
-    await api(emu, 'POST', '/webhooks/subscriptions', {
-      body: { url: receiver.url, events: ['payout.created'] },
-    })
+    const { emu, receiver } = await startSubscribed(cleanup)
     emu.webhooks.publish('acct_default', 'payout.created', {
       type: 'payout.created',
       data: { pad: 'x'.repeat(300 * 1024) },
@@ -874,16 +796,12 @@ test.group('Emulator | Faults and limits on the wire', () => {
   })
 
   test('Delivery history is pruned after 30 days', async ({ assert, cleanup }) => {
-    const emu = await startEmulator(cleanup)
-    const receiver = await startReceiver(cleanup)
-    await api(emu, 'POST', '/webhooks/subscriptions', {
-      body: { url: receiver.url, events: ['payout.created'] },
-    })
-    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    const { emu } = await startSubscribed(cleanup)
+    await execute(emu)
     await emu.admin.advance(0)
     assert.equal(emu.admin.sizes().deliveries, 1)
     await emu.admin.advance(31 * DAY)
-    await api(emu, 'POST', '/rfq/execute', { body: fiatBody(emu) })
+    await execute(emu)
     await emu.admin.advance(0)
     assert.equal(
       emu.admin.sizes().deliveries,

@@ -9,7 +9,7 @@ import {
   UnauthorizedError,
   WrongEnvironmentError,
 } from '../../src/client/main.ts'
-import { startEmulator, startReceiver } from './helpers.ts'
+import { startEmulator, startReceiver, testClient } from './helpers.ts'
 
 /** The client of the foundation issue, against the emulator: the two must agree. */
 async function setup(
@@ -18,19 +18,25 @@ async function setup(
 ) {
   const emu = await startEmulator(cleanup)
   const sleeps: number[] = []
-  const client = new PayoutsClient({
-    apiKey: emu.apiKey,
+  const client = testClient(cleanup, emu, {
     baseUrl: `${emu.baseUrl}/api`,
-    rateLimiter: false,
     sleep: async (ms) => {
       sleeps.push(ms)
     },
     ...clientOptions,
   })
-  cleanup(() => client.close())
   const recipient = await client.recipients.create({ name: 'Ada', currency: 'MXN' })
   const method = emu.admin.accountPaymentMethodId
-  return { emu, client, recipient, method, sleeps }
+  /** A fiat-to-fiat execute of 10 USD to MXN for the seeded recipient. */
+  const fiat = (overrides: { fromCurrency?: string; amount?: number } = {}) => ({
+    fromCurrency: 'USD',
+    toCurrency: 'MXN',
+    amount: 10,
+    recipientId: recipient.id,
+    userPaymentMethodId: method,
+    ...overrides,
+  })
+  return { emu, client, recipient, method, sleeps, fiat }
 }
 
 /** A client whose every wait moves the emulated clock instead (recorded in `sleeps`). */
@@ -39,17 +45,12 @@ function advancingClient(
   sleeps: number[],
   cleanup: (fn: () => Promise<void>) => void
 ) {
-  const client = new PayoutsClient({
-    apiKey: emu.apiKey,
-    baseUrl: emu.baseUrl,
-    rateLimiter: false,
+  return testClient(cleanup, emu, {
     sleep: async (ms) => {
       sleeps.push(ms)
       await emu.admin.advance(ms)
     },
   })
-  cleanup(() => client.close())
-  return client
 }
 
 test.group('Contract | client against the emulator', () => {
@@ -101,7 +102,7 @@ test.group('Contract | client against the emulator', () => {
     assert,
     cleanup,
   }) => {
-    const { emu, client, recipient, method } = await setup(cleanup)
+    const { emu, client, recipient, fiat } = await setup(cleanup)
     assert.isAbove((await client.getCoverage()).fiat.length, 3)
     assert.match(
       (
@@ -125,15 +126,7 @@ test.group('Contract | client against the emulator', () => {
       'USDT'
     )
     const batch = await client.executeBatch({
-      items: [
-        {
-          fromCurrency: 'USD',
-          toCurrency: 'MXN',
-          amount: 10,
-          recipientId: recipient.id,
-          userPaymentMethodId: method,
-        },
-      ],
+      items: [fiat()],
     })
     assert.isTrue(batch[0].success)
     const bulk = await client.recipients.bulkCreate({ recipients: [{ name: 'B' }, { name: 'C' }] })
@@ -164,13 +157,7 @@ test.group('Contract | client against the emulator', () => {
       events: ['payout.created'],
     })
     await client.webhooks.subscriptions.update(local.id, { active: true })
-    await client.execute({
-      fromCurrency: 'USD',
-      toCurrency: 'MXN',
-      amount: 10,
-      recipientId: recipient.id,
-      userPaymentMethodId: method,
-    })
+    await client.execute(fiat())
     await emu.admin.advance(0)
     const deliveries = await client.webhooks.deliveries.list({ subscriptionId: local.id })
     assert.lengthOf(deliveries, 1)
@@ -181,14 +168,8 @@ test.group('Contract | client against the emulator', () => {
   })
 
   test('documented errors arrive as their typed errors', async ({ assert, cleanup }) => {
-    const { emu, client, recipient, method } = await setup(cleanup)
-    const body = {
-      fromCurrency: 'JPY',
-      toCurrency: 'MXN',
-      amount: 10,
-      recipientId: recipient.id,
-      userPaymentMethodId: method,
-    }
+    const { emu, client, recipient, fiat } = await setup(cleanup)
+    const body = fiat({ fromCurrency: 'JPY' })
     assert.instanceOf(await client.execute(body).catch((e) => e), BusinessRuleError)
     assert.instanceOf(await client.getPayout('po_missing').catch((e) => e), NotFoundError)
     await client.execute({ ...body, amount: 1000 }, { idempotencyKey: 'contract-key-1' })
@@ -241,21 +222,13 @@ test.group('Contract | client against the emulator', () => {
     assert,
     cleanup,
   }) => {
-    const { emu, client, recipient, method, sleeps } = await setup(cleanup, {
+    const { emu, client, sleeps, fiat } = await setup(cleanup, {
       retry: { maxRetries: 10, baseDelayMs: 1 },
     })
     emu.admin.setFaults({ errorRate: 0.6, pathPrefixes: ['/rfq/execute'] }, 3)
     const results = []
     for (let i = 0; i < 5; i++) {
-      results.push(
-        await client.execute({
-          fromCurrency: 'USD',
-          toCurrency: 'MXN',
-          amount: 10 + i,
-          recipientId: recipient.id,
-          userPaymentMethodId: method,
-        })
-      )
+      results.push(await client.execute(fiat({ amount: 10 + i })))
     }
     assert.isAbove(emu.admin.faultStats().errors, 0)
     assert.isAbove(sleeps.length, 0)
@@ -264,14 +237,8 @@ test.group('Contract | client against the emulator', () => {
   })
 
   test('429 from the emulator is waited out per Retry-After', async ({ assert, cleanup }) => {
-    const { emu, client, recipient, method, sleeps } = await setup(cleanup)
-    const body = {
-      fromCurrency: 'USD',
-      toCurrency: 'MXN',
-      amount: 10,
-      recipientId: recipient.id,
-      userPaymentMethodId: method,
-    }
+    const { emu, client, sleeps, fiat } = await setup(cleanup)
+    const body = fiat()
     for (let i = 0; i < 10; i++) await client.execute(body)
     // The next call gets 429 Retry-After: 2; the test's sleep advances the emulated clock.
     const advancing = advancingClient(emu, sleeps, cleanup)
@@ -284,19 +251,13 @@ test.group('Contract | client against the emulator', () => {
     assert,
     cleanup,
   }) => {
-    const { emu, recipient, method } = await setup(cleanup)
+    const { emu, fiat } = await setup(cleanup)
     // The emulated clock runs an hour ahead of this machine's: the reset is read against
     // the emulator's Date, so the wait is the bucket's refill, not the hour.
     await emu.admin.advance(3600_000)
     const sleeps: number[] = []
     const client = advancingClient(emu, sleeps, cleanup)
-    const body = {
-      fromCurrency: 'USD',
-      toCurrency: 'MXN',
-      amount: 10,
-      recipientId: recipient.id,
-      userPaymentMethodId: method,
-    }
+    const body = fiat()
     for (let i = 0; i < 10; i++) await client.execute(body)
     assert.equal(client.rateLimit?.remaining, 0)
     assert.deepEqual(sleeps, [])

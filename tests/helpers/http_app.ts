@@ -1,6 +1,7 @@
 import type { ApplicationService } from '@adonisjs/core/types'
 import type { PayoutsConfigInput } from '../../src/define_config.ts'
 import type { PayoutsService } from '../../src/service/payouts_service.ts'
+import { startEmulator } from '../emulator/helpers.ts'
 import { BASE_URL, TEST_API_KEY } from './app.ts'
 import { connectionConfig } from './database.ts'
 import { serveHostApp } from './host_app.ts'
@@ -51,4 +52,22 @@ export async function startHttpApp(
   })
   cleanup(() => host.close())
   return { app: host.app, payouts: host.payouts, url: host.url, prefix, events }
+}
+
+/**
+ * An emulator without rate limits as the service, and an app over real HTTP whose plugin
+ * talks to it with the client-side rate limiter off.
+ */
+export async function startAppOnEmulator(
+  cleanup: (fn: () => Promise<void>) => void,
+  payouts: Partial<PayoutsConfigInput> = {}
+) {
+  const emu = await startEmulator(cleanup, { rateLimits: false })
+  const app = await startHttpApp(cleanup, {
+    apiKey: emu.apiKey,
+    baseUrl: emu.baseUrl,
+    clientRateLimiter: false,
+    ...payouts,
+  })
+  return { emu, app }
 }

@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto'
 import { test } from '@japa/runner'
-import { DateTime } from 'luxon'
-import { PayoutsClient, PayoutsResponseError, ServerError } from '../../src/client/main.ts'
+import { DateTime, type DurationLike } from 'luxon'
+import type { PayoutsService } from '../../src/service/payouts_service.ts'
+import { PayoutsResponseError, ServerError } from '../../src/client/main.ts'
 import { Reconciler } from '../../src/jobs/reconciler.ts'
 import { E_ESCROW_CONFIRMATION_IN_FLIGHT } from '../../src/errors.ts'
 import { EscrowDeposit, Payout } from '../../src/models/main.ts'
-import { startEmulator } from '../emulator/helpers.ts'
+import { executeBodies, fiatBody, startEmulator, testClient } from '../emulator/helpers.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
@@ -26,22 +27,29 @@ async function setup(
   })
   /** confirm-escrow requests that reached the service. */
   const confirmRequests = () => wire.count('POST', '/rfq/confirm-escrow-deposit')
-  const recipient = emu.admin.seedRecipient()
-  const fiat = {
-    fromCurrency: 'USD',
-    toCurrency: 'MXN',
-    amount: 100,
-    recipientId: recipient.id,
-    userPaymentMethodId: emu.admin.accountPaymentMethodId,
-  }
-  const stable = {
-    fromCurrency: 'USDC',
-    toCurrency: 'MXN',
-    amount: 100,
-    recipientId: recipient.id,
-    walletAddress: '0x' + '8'.repeat(40),
-  }
+  const { fiat, stable } = executeBodies(emu, '0x' + '8'.repeat(40))
   return { emu, app, payouts: app.payouts, fiat, stable, confirmRequests }
+}
+
+/** Records the host's sighting of a deposit as made `age` ago (the fallback waits before confirming). */
+function recordDepositAgo(
+  payouts: PayoutsService,
+  quoteId: string,
+  txHash: string,
+  age: DurationLike
+) {
+  return payouts.escrow.recordDeposit({ quoteId, txHash, confirmedAt: DateTime.now().minus(age) })
+}
+
+/**
+ * A stablecoin payout whose deposit the host recorded an hour ago with the wrong transaction;
+ * the fallback gives a confirmation one attempt.
+ */
+async function setupWrongDeposit(cleanup: (fn: () => Promise<void>) => void) {
+  const parts = await setup(cleanup, { jobs: { escrowMaxAttempts: 1 } })
+  const { result } = await parts.payouts.execute(parts.stable)
+  await recordDepositAgo(parts.payouts, result.quoteId, '0x' + 'd'.repeat(64), { hours: 1 })
+  return { ...parts, result }
 }
 
 test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
@@ -52,18 +60,10 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     const { emu, app, payouts, stable, confirmRequests } = await setup(cleanup)
     const { result } = await payouts.execute(stable)
     const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
-    await payouts.escrow.recordDeposit({
-      quoteId: result.quoteId,
-      txHash,
-      confirmedAt: DateTime.now().minus({ minutes: 9 }),
-    })
+    await recordDepositAgo(payouts, result.quoteId, txHash, { minutes: 9 })
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0, confirmed: 0 })
     assert.equal(emu.admin.quote(result.quoteId)!.status, 'awaiting_escrow_deposit')
-    await payouts.escrow.recordDeposit({
-      quoteId: result.quoteId,
-      txHash,
-      confirmedAt: DateTime.now().minus({ minutes: 11 }),
-    })
+    await recordDepositAgo(payouts, result.quoteId, txHash, { minutes: 11 })
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, confirmed: 1 })
     assert.equal(emu.admin.quote(result.quoteId)!.status, 'deposit_confirmed')
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
@@ -82,11 +82,7 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     const { emu, payouts, stable, confirmRequests } = await setup(cleanup)
     const { result } = await payouts.execute(stable)
     const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
-    await payouts.escrow.recordDeposit({
-      quoteId: result.quoteId,
-      txHash,
-      confirmedAt: DateTime.now().minus({ minutes: 30 }),
-    })
+    await recordDepositAgo(payouts, result.quoteId, txHash, { minutes: 30 })
     // Another instance's run has claimed it and is waiting for the service's answer.
     const deposit = await EscrowDeposit.findByOrFail('quoteId', result.quoteId)
     deposit.merge({ state: 'confirm_requested', confirmAttemptedAt: DateTime.now() })
@@ -141,11 +137,7 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
       'payouts:status_updated',
     ])
     // The host's own record afterwards changes nothing, and nothing is confirmed by hand.
-    const recorded = await payouts.escrow.recordDeposit({
-      quoteId: result.quoteId,
-      txHash,
-      confirmedAt: DateTime.now().minus({ minutes: 30 }),
-    })
+    const recorded = await recordDepositAgo(payouts, result.quoteId, txHash, { minutes: 30 })
     assert.equal(recorded.state, 'confirmed')
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
     await emu.admin.advance(600_000)
@@ -162,11 +154,7 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     const { result } = await payouts.execute(stable)
     const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId })
     await emu.admin.advance(60_000)
-    await payouts.escrow.recordDeposit({
-      quoteId: result.quoteId,
-      txHash,
-      confirmedAt: DateTime.now().minus({ minutes: 30 }),
-    })
+    await recordDepositAgo(payouts, result.quoteId, txHash, { minutes: 30 })
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, detected: 1, confirmed: 0 })
     assert.equal(confirmRequests(), 0)
   })
@@ -175,16 +163,7 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, app, payouts, stable, confirmRequests } = await setup(cleanup, {
-      jobs: { escrowMaxAttempts: 1 },
-    })
-    const { result } = await payouts.execute(stable)
-    const wrongHash = '0x' + 'd'.repeat(64)
-    await payouts.escrow.recordDeposit({
-      quoteId: result.quoteId,
-      txHash: wrongHash,
-      confirmedAt: DateTime.now().minus({ hours: 1 }),
-    })
+    const { emu, app, payouts, result, confirmRequests } = await setupWrongDeposit(cleanup)
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, failed: 1 })
     const deposit = await EscrowDeposit.findByOrFail('quoteId', result.quoteId)
     assert.equal(deposit.state, 'confirm_failed')
@@ -198,11 +177,7 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
 
     // The right transaction, recorded afterwards, is confirmed afresh (its own key).
     const { txHash } = emu.admin.simulateDeposit({ quoteId: result.quoteId, detect: false })
-    await payouts.escrow.recordDeposit({
-      quoteId: result.quoteId,
-      txHash,
-      confirmedAt: DateTime.now().minus({ hours: 1 }),
-    })
+    await recordDepositAgo(payouts, result.quoteId, txHash, { hours: 1 })
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, confirmed: 1 })
     assert.equal(emu.admin.quote(result.quoteId)!.status, 'deposit_confirmed')
     const confirmed = await EscrowDeposit.findByOrFail('quoteId', result.quoteId)
@@ -214,15 +189,7 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, app, payouts, stable, confirmRequests } = await setup(cleanup, {
-      jobs: { escrowMaxAttempts: 1 },
-    })
-    const { result } = await payouts.execute(stable)
-    await payouts.escrow.recordDeposit({
-      quoteId: result.quoteId,
-      txHash: '0x' + 'd'.repeat(64),
-      confirmedAt: DateTime.now().minus({ hours: 1 }),
-    })
+    const { emu, app, payouts, result, confirmRequests } = await setupWrongDeposit(cleanup)
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, failed: 1 })
     assert.deepInclude(await payouts.health(), { escrowFailed: 1 })
     // The real deposit arrives and the service sees it; a poll shows the payout moving.
@@ -289,11 +256,7 @@ async function scriptedEscrow(
   })
   await app.payouts.parts()
   await EscrowDeposit.create({ quoteId, payoutUuid: payoutId, state: 'awaiting_deposit' })
-  await app.payouts.escrow.recordDeposit({
-    quoteId,
-    txHash,
-    confirmedAt: DateTime.now().minus({ hours: 1 }),
-  })
+  await recordDepositAgo(app.payouts, quoteId, txHash, { hours: 1 })
   /** What reached the service, in order: `status` reads and `confirm` requests. */
   const wire = () =>
     server.requests.map((r) => (r.url.pathname.startsWith('/rfq/status/') ? 'status' : 'confirm'))
@@ -482,13 +445,7 @@ test.group(`Jobs | escrow fallback, a 500 whatever its body (${TEST_DB})`, () =>
 /** An emulator and an app its webhooks reach (subscribed to payout events). */
 async function subscribedApp(cleanup: (fn: () => Promise<void>) => void) {
   const emu = await startEmulator(cleanup, { rateLimits: false })
-  const client = new PayoutsClient({
-    apiKey: emu.apiKey,
-    baseUrl: emu.baseUrl,
-    rateLimiter: false,
-    allowInsecureLoopbackWebhooks: true,
-  })
-  cleanup(() => client.close())
+  const client = testClient(cleanup, emu, { allowInsecureLoopbackWebhooks: true })
   const sub = await client.webhooks.subscriptions.create({
     url: 'https://placeholder.example/h',
     events: ['payout.created', 'payout.status.updated'],
@@ -505,14 +462,7 @@ async function subscribedApp(cleanup: (fn: () => Promise<void>) => void) {
 test.group(`Jobs | reconciliation (${TEST_DB})`, () => {
   test('a dropped webhook is recovered by reconciliation', async ({ assert, cleanup }) => {
     const { emu, app } = await subscribedApp(cleanup)
-    const recipient = emu.admin.seedRecipient()
-    const { result } = await app.payouts.execute({
-      fromCurrency: 'USD',
-      toCurrency: 'MXN',
-      amount: 50,
-      recipientId: recipient.id,
-      userPaymentMethodId: emu.admin.accountPaymentMethodId,
-    })
+    const { result } = await app.payouts.execute(fiatBody(emu, { amount: 50 }))
     await emu.admin.advance(2000)
     await app.payouts.drainInbox()
     assert.equal(
@@ -540,16 +490,10 @@ test.group(`Jobs | reconciliation (${TEST_DB})`, () => {
   }) => {
     const { emu, app } = await subscribedApp(cleanup)
     emu.admin.setFaults({ readIdRate: 0.5 }, 7)
-    const recipient = emu.admin.seedRecipient()
+    const { fiat } = executeBodies(emu)
     const executed: string[] = []
     for (let i = 0; i < 4; i++) {
-      const { result } = await app.payouts.execute({
-        fromCurrency: 'USD',
-        toCurrency: 'MXN',
-        amount: 50 + i,
-        recipientId: recipient.id,
-        userPaymentMethodId: emu.admin.accountPaymentMethodId,
-      })
+      const { result } = await app.payouts.execute({ ...fiat, amount: 50 + i })
       executed.push(result.payoutId)
     }
     await emu.admin.advance(30_000)

@@ -7,6 +7,7 @@ import { JobScheduler, type ScheduledJob } from '../../src/jobs/scheduler.ts'
 import { PayoutsService } from '../../src/service/payouts_service.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { tickTogether } from './helpers.ts'
 
 const REDIS_URL = `redis://${process.env.REDIS_HOST ?? '127.0.0.1'}:${process.env.REDIS_PORT ?? 6379}`
 
@@ -88,9 +89,7 @@ test.group(`Jobs | locks on Redis (${TEST_DB})`, () => {
     const a = new JobScheduler({ locks: first.locks, logger, jobs: [] })
     const b = new JobScheduler({ locks: second.locks, logger, jobs: [] })
 
-    // Both instances tick at the same moment, several times within one interval.
-    const round = () => Promise.all([a.tick(job('a')), b.tick(job('b'))])
-    const outcomes = [await round(), await round(), await round()]
+    const { round, outcomes } = await tickTogether(a, b, job)
     assert.deepEqual(outcomes[0].toSorted(), ['ran', 'skipped'])
     assert.deepEqual(outcomes[1], ['skipped', 'skipped'])
     assert.deepEqual(outcomes[2], ['skipped', 'skipped'])

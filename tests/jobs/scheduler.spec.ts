@@ -8,6 +8,7 @@ import { knexStore } from '@verrou/core/drivers/knex'
 import { tableNames } from '../../src/database/schema.ts'
 import { JobScheduler } from '../../src/jobs/scheduler.ts'
 import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { tickTogether } from './helpers.ts'
 
 const logger = new Logger({ enabled: false })
 
@@ -56,9 +57,7 @@ test.group(`Jobs | scheduler across instances (${TEST_DB})`, () => {
     const a = new JobScheduler({ locks: lockFactory(first, prefix), logger, jobs: [job('a')] })
     const b = new JobScheduler({ locks: lockFactory(second, prefix), logger, jobs: [job('b')] })
 
-    // Both instances tick at the same moment, several times within one interval.
-    const round = () => Promise.all([a.tick(job('a')), b.tick(job('b'))])
-    const outcomes = [await round(), await round(), await round()]
+    const { round, outcomes } = await tickTogether(a, b, job)
     assert.deepEqual(outcomes[0].toSorted(), ['ran', 'skipped'])
     assert.deepEqual(outcomes[1], ['skipped', 'skipped'])
     assert.deepEqual(outcomes[2], ['skipped', 'skipped'])

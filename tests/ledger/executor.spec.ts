@@ -2,7 +2,6 @@ import { spawn } from 'node:child_process'
 import { test } from '@japa/runner'
 import { DateTime } from 'luxon'
 import {
-  PayoutsClient,
   PayoutsNetworkError,
   PayoutsValidationError,
   RateLimitedError,
@@ -11,7 +10,7 @@ import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import type { PayoutChange } from '../../src/ledger/vocabulary.ts'
 import { EscrowDeposit, ExecutionIntent, Payout } from '../../src/models/main.ts'
-import { startEmulator } from '../emulator/helpers.ts'
+import { testClient, executeBodies, startEmulator } from '../emulator/helpers.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
 import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { startScriptedServer } from '../helpers/scripted_server.ts'
@@ -22,24 +21,11 @@ async function setup(
 ) {
   const { db, prefix } = await setupDatabase(cleanup, 'executor')
   const emu = await startEmulator(cleanup, { rateLimits: false })
-  const client = new PayoutsClient({
-    apiKey: emu.apiKey,
-    baseUrl: emu.baseUrl,
-    rateLimiter: false,
-    ...clientOptions,
-  })
-  cleanup(() => client.close())
+  const client = testClient(cleanup, emu, clientOptions)
   const changes: PayoutChange[] = []
   const ledger = new PayoutLedger(db, { onChange: (c) => void changes.push(c) })
   const executor = new PayoutExecutor({ db, ledger, client })
-  const recipient = emu.admin.seedRecipient()
-  const body = {
-    fromCurrency: 'USD',
-    toCurrency: 'MXN',
-    amount: 100,
-    recipientId: recipient.id,
-    userPaymentMethodId: emu.admin.accountPaymentMethodId,
-  }
+  const body = executeBodies(emu).fiat
   return { db, prefix, emu, client, ledger, executor, body, changes }
 }
 
@@ -128,13 +114,11 @@ test.group(`Ledger | executor (${TEST_DB})`, () => {
     const { db, ledger, body } = await setup(cleanup)
     const closed = await startScriptedServer([{ status: 200, body: {} }])
     await closed.close()
-    const client = new PayoutsClient({
-      apiKey: TEST_API_KEY,
-      baseUrl: closed.baseUrl,
-      rateLimiter: false,
-      retry: { maxRetries: 0 },
-    })
-    cleanup(() => client.close())
+    const client = testClient(
+      cleanup,
+      { apiKey: TEST_API_KEY, baseUrl: closed.baseUrl },
+      { retry: { maxRetries: 0 } }
+    )
     const executor = new PayoutExecutor({ db, ledger, client })
     const error = await executor.execute(body).catch((e) => e)
     assert.instanceOf(error, PayoutsNetworkError)
@@ -156,12 +140,7 @@ test.group(`Ledger | executor (${TEST_DB})`, () => {
       { status: 429, body: { error: 'rate limit exceeded' }, headers: { 'retry-after': '86400' } },
     ])
     cleanup(() => server.close())
-    const client = new PayoutsClient({
-      apiKey: TEST_API_KEY,
-      baseUrl: server.baseUrl,
-      rateLimiter: false,
-    })
-    cleanup(() => client.close())
+    const client = testClient(cleanup, { apiKey: TEST_API_KEY, baseUrl: server.baseUrl })
     const executor = new PayoutExecutor({ db, ledger, client })
     const error = await executor.execute(body).catch((e) => e)
     assert.instanceOf(error, RateLimitedError)
@@ -186,13 +165,11 @@ test.group(`Ledger | executor (${TEST_DB})`, () => {
     assert.equal(intent.state, 'unknown')
     const closed = await startScriptedServer([{ status: 200, body: {} }])
     await closed.close()
-    const offline = new PayoutsClient({
-      apiKey: TEST_API_KEY,
-      baseUrl: closed.baseUrl,
-      rateLimiter: false,
-      retry: { maxRetries: 0 },
-    })
-    cleanup(() => offline.close())
+    const offline = testClient(
+      cleanup,
+      { apiKey: TEST_API_KEY, baseUrl: closed.baseUrl },
+      { retry: { maxRetries: 0 } }
+    )
     const summary = await new PayoutExecutor({ db, ledger, client: offline }).recover({
       olderThanMs: 0,
     })

@@ -80,6 +80,27 @@ async function recordingLedger(cleanup: (fn: () => Promise<void>) => void, name:
   return { db, changes, ledger: make(), make }
 }
 
+/** The execute's answer: the payout is pending, initiated. */
+function executed(ledger: PayoutLedger, payoutId: string) {
+  return ledger.apply({ payoutId, status: 'pending', step: 'initiated', source: 'execute' })
+}
+
+/** A webhook naming the payout by its read id only: processing, collected. */
+function collectedByReadId(ledger: PayoutLedger, readId: string) {
+  return ledger.apply({
+    payoutId: readId,
+    status: 'processing',
+    step: 'collected',
+    source: 'webhook',
+  })
+}
+
+/** The payouts' rows in id order, as [UUID, read id, step]. */
+async function rowSteps(payoutIds: string[]) {
+  const rows = await Payout.query().whereIn('payout_uuid', payoutIds).orderBy('id')
+  return rows.map((r) => [r.payoutUuid, r.readId, r.step])
+}
+
 test.group('Ledger | state machine', () => {
   test('execute-time statuses map to pending; read statuses pass through', ({ assert }) => {
     assert.deepEqual(
@@ -649,13 +670,8 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
     const { db, changes, ledger } = await recordingLedger(cleanup, 'readid')
     const uuid = randomUUID()
     const read = `po_${randomUUID()}`
-    await ledger.apply({ payoutId: uuid, status: 'pending', step: 'initiated', source: 'execute' })
-    await ledger.apply({
-      payoutId: read,
-      status: 'processing',
-      step: 'collected',
-      source: 'webhook',
-    })
+    await executed(ledger, uuid)
+    await collectedByReadId(ledger, read)
     // The merge holds its transaction open while the next read-id sighting arrives (on
     // PostgreSQL that sighting waits on the placeholder's lock, then finds it gone).
     const trx = await db.transaction()
@@ -672,11 +688,7 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
     await trx.commit()
     await ledger.notifyBatch(merging)
     assert.isTrue((await sighting).changed)
-    const rows = await Payout.query().whereIn('payout_uuid', [uuid, read])
-    assert.deepEqual(
-      rows.map((r) => [r.payoutUuid, r.readId, r.step]),
-      [[uuid, read, 'converting']]
-    )
+    assert.deepEqual(await rowSteps([uuid, read]), [[uuid, read, 'converting']])
     assert.deepEqual(
       changes.filter((c) => c.payout.payoutUuid === uuid).map((c) => c.current.step),
       ['initiated', 'collected', 'converting']
@@ -690,14 +702,8 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
     const { db, ledger } = await recordingLedger(cleanup, 'readid')
     const [first, second] = [randomUUID(), randomUUID()]
     const read = `po_${randomUUID()}`
-    for (const payoutId of [first, second])
-      await ledger.apply({ payoutId, status: 'pending', step: 'initiated', source: 'execute' })
-    await ledger.apply({
-      payoutId: read,
-      status: 'processing',
-      step: 'collected',
-      source: 'webhook',
-    })
+    for (const payoutId of [first, second]) await executed(ledger, payoutId)
+    await collectedByReadId(ledger, read)
     const ids = await Payout.query().whereIn('payout_uuid', [first, second, read]).orderBy('id')
     // Another transaction takes the rows in id order, the way every ledger batch does, and
     // holds the second payout while the linking batch starts.
@@ -715,14 +721,10 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
     await lock(ids[2].id)
     await other.commit()
     await linking
-    const rows = await Payout.query().whereIn('payout_uuid', [first, second, read]).orderBy('id')
-    assert.deepEqual(
-      rows.map((r) => [r.payoutUuid, r.readId, r.step]),
-      [
-        [first, read, 'collected'],
-        [second, null, 'collected'],
-      ]
-    )
+    assert.deepEqual(await rowSteps([first, second, read]), [
+      [first, read, 'collected'],
+      [second, null, 'collected'],
+    ])
   })
 
   test('a read id the service already gave another UUID is not taken; the observation still applies', async ({
@@ -740,12 +742,7 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
       step: 'initiated',
       source: 'poll',
     })
-    await ledger.apply({
-      payoutId: second,
-      status: 'pending',
-      step: 'initiated',
-      source: 'execute',
-    })
+    await executed(ledger, second)
     const result = await ledger.apply({
       payoutId: second,
       readId: read,
@@ -754,14 +751,10 @@ test.group(`Ledger | a payout first seen by its read id (${TEST_DB})`, () => {
       source: 'poll',
     })
     assert.isTrue(result.changed)
-    const rows = await Payout.query().whereIn('payout_uuid', [first, second]).orderBy('id')
-    assert.deepEqual(
-      rows.map((r) => [r.payoutUuid, r.readId, r.step]),
-      [
-        [first, read, 'initiated'],
-        [second, null, 'collected'],
-      ]
-    )
+    assert.deepEqual(await rowSteps([first, second]), [
+      [first, read, 'initiated'],
+      [second, null, 'collected'],
+    ])
   })
 
   test('property: in any order and any batches, a payout named by both ids ends as one row with both, at the position of all its observations', async ({

@@ -7,21 +7,15 @@ import { WebhookDelivery } from '../../src/models/main.ts'
 import { signPayload } from '../../src/signature/main.ts'
 import { SecretStore } from '../../src/webhooks/secret_store.ts'
 import { PayoutsService } from '../../src/service/payouts_service.ts'
-import { startEmulator } from '../emulator/helpers.ts'
 import { TEST_DB } from '../helpers/database.ts'
-import { startHttpApp, type HttpApp } from '../helpers/http_app.ts'
+import { startAppOnEmulator, type HttpApp } from '../helpers/http_app.ts'
 
 /**
  * The emulator as the service and an app subscribed through the plugin: `secret()` is what
  * the service signs with now.
  */
 async function setup(cleanup: (fn: () => Promise<void>) => void) {
-  const emu = await startEmulator(cleanup, { rateLimits: false })
-  const app = await startHttpApp(cleanup, {
-    apiKey: emu.apiKey,
-    baseUrl: emu.baseUrl,
-    clientRateLimiter: false,
-  })
+  const { emu, app } = await startAppOnEmulator(cleanup)
   const { id } = await app.payouts.webhooks.create({ url: 'https://hooks.example.com/w' })
   const secret = () => emu.webhooks.subscriptions.get(id)!.secret
   return { emu, app, id, secret }

@@ -10,15 +10,21 @@ const cipher: SecretCipher = {
   decrypt: <T>(value: string) => Buffer.from(value.slice(4), 'base64').toString() as T,
 }
 
+/** A store on a fresh table, its cache off, holding whsec_one or the given secret for sub_1. */
+async function savedStore(cleanup: (fn: () => Promise<void>) => void, secret = 'whsec_one') {
+  const { db, prefix } = await setupDatabase(cleanup, 'secrets')
+  const table = tableNames(prefix).webhookSecrets
+  const store = new SecretStore(db, table, cipher, undefined, 0)
+  await store.save({ subscriptionId: 'sub_1', url: 'https://a.test/w', secret })
+  return { db, table, store }
+}
+
 test.group(`Webhooks | stored secrets (${TEST_DB})`, () => {
   test('webhooks arriving together on a stale cache read the table once', async ({
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'secrets')
-    const table = tableNames(prefix).webhookSecrets
-    const store = new SecretStore(db, table, cipher, undefined, 0)
-    await store.save({ subscriptionId: 'sub_1', url: 'https://a.test/w', secret: 'whsec_one' })
+    const { db, table, store } = await savedStore(cleanup)
     const reads: string[] = []
     const knex = db.connection().getReadClient()
     const onQuery = (query: { sql: string }) => {
@@ -52,10 +58,7 @@ test.group(`Webhooks | stored secrets (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'secrets')
-    const table = tableNames(prefix).webhookSecrets
-    const store = new SecretStore(db, table, cipher, undefined, 0)
-    await store.save({ subscriptionId: 'sub_1', url: 'https://a.test/w', secret: 'whsec_two' })
+    const { db, table, store } = await savedStore(cleanup, 'whsec_two')
     // What a rotation by an earlier version left: the old secret with a grace end.
     await db
       .connection()
