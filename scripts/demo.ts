@@ -1,3 +1,4 @@
+import { stopOnSignal } from '../src/emulator/stop_on_signal.ts'
 import { startDemo } from './demo_runner.ts'
 
 /** `npm run demo`: the emulator and the example app on SQLite, until Ctrl-C. */
@@ -6,12 +7,4 @@ console.log(
   `\nPayouts demo ready: open ${demo.url}\n(emulator ${demo.emulator.baseUrl}; Ctrl-C stops both)`
 )
 
-let stopping = false
-const stop = async () => {
-  if (stopping) return
-  stopping = true
-  await demo.stop()
-  process.exit(0)
-}
-process.once('SIGINT', stop)
-process.once('SIGTERM', stop)
+stopOnSignal(() => demo.stop())

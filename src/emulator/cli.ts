@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util'
 import { PayoutsEmulator } from './main.ts'
+import { stopOnSignal } from './stop_on_signal.ts'
 
 /**
  * `svc-payouts-emulator [--port 4010] [--host 127.0.0.1] [--scale 1] [--step-ms 2000]`:
@@ -27,12 +28,4 @@ const emulator = await PayoutsEmulator.start({
 console.log(`Payouts emulator listening on ${emulator.baseUrl}`)
 console.log(`API key: ${emulator.apiKey}`)
 
-let stopping = false
-async function stop() {
-  if (stopping) return
-  stopping = true
-  await emulator.close()
-  process.exit(0)
-}
-process.once('SIGINT', stop)
-process.once('SIGTERM', stop)
+stopOnSignal(() => emulator.close())

@@ -1,12 +1,12 @@
 import { test } from '@japa/runner'
 import { DateTime } from 'luxon'
-import { PayoutsClient } from '../../src/client/main.ts'
+import type { PayoutsClient } from '../../src/client/main.ts'
 import { EscrowFallback } from '../../src/jobs/escrow_fallback.ts'
 import { EscrowDeposits } from '../../src/ledger/escrow_deposits.ts'
 import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import { EscrowDeposit } from '../../src/models/main.ts'
-import { startEmulator } from '../emulator/helpers.ts'
+import { startEmulator, testClient } from '../emulator/helpers.ts'
 import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
 
 /**
@@ -69,12 +69,7 @@ test.group(`Jobs | escrow fallback, a run given up inside its claim (${TEST_DB})
     const database = await databaseHoldingAClaim(cleanup)
     const { db } = database
     const emu = await startEmulator(cleanup, { rateLimits: false })
-    const client = new PayoutsClient({
-      apiKey: emu.apiKey,
-      baseUrl: emu.baseUrl,
-      rateLimiter: false,
-    })
-    cleanup(() => client.close())
+    const client = testClient(cleanup, emu)
     const recipient = emu.admin.seedRecipient()
     const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
     const { result } = await executor.execute({

@@ -1,8 +1,7 @@
 import { test } from '@japa/runner'
-import { PayoutsClient } from '../../src/client/main.ts'
 import { RecipientsMirror } from '../../src/ledger/recipients_mirror.ts'
 import { Recipient } from '../../src/models/main.ts'
-import { startEmulator } from '../emulator/helpers.ts'
+import { startEmulator, testClient } from '../emulator/helpers.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 
 test.group(`Ledger | recipients mirror (${TEST_DB})`, () => {
@@ -12,12 +11,7 @@ test.group(`Ledger | recipients mirror (${TEST_DB})`, () => {
   }) => {
     await setupDatabase(cleanup, 'recipients')
     const emu = await startEmulator(cleanup, { rateLimits: false })
-    const client = new PayoutsClient({
-      apiKey: emu.apiKey,
-      baseUrl: emu.baseUrl,
-      rateLimiter: false,
-    })
-    cleanup(() => client.close())
+    const client = testClient(cleanup, emu)
     const mirror = new RecipientsMirror(client)
 
     const ada = await mirror.create({ name: 'Ada', currency: 'MXN' }, { ownerId: 'tenant-1' })
