@@ -1,35 +1,58 @@
-import { BaseCommand, flags } from '@adonisjs/core/ace'
+import { BaseCommand } from '@adonisjs/core/ace'
 import type { CommandOptions } from '@adonisjs/core/types/ace'
+import {
+  EMULATOR_FLAGS,
+  EmulatorFlagError,
+  flagHelp,
+  resolveEmulatorFlags,
+  startEmulatorFromFlags,
+} from '../src/emulator/cli_options.ts'
+import type { PayoutsEmulator } from '../src/emulator/emulator.ts'
 
-/** Runs the local emulator of the Payout Service until SIGINT or SIGTERM. */
+/**
+ * Runs the local emulator of the Payout Service until SIGINT or SIGTERM; its flags and banner
+ * are those of `svc-payouts-emulator` (src/emulator/cli_options.ts).
+ */
 export default class PayoutsEmulatorCommand extends BaseCommand {
   static commandName = 'payouts:emulator'
   static description = 'Start a local emulator of the Payout Service (sandbox, in memory)'
   static options: CommandOptions = { startApp: false, staysAlive: true }
 
-  @flags.number({ description: 'Port to listen on', default: 4010 })
-  declare port: number
+  static {
+    for (const flag of EMULATOR_FLAGS) {
+      this.defineFlag(flag.key, {
+        type: flag.type,
+        flagName: flag.name,
+        description: flagHelp(flag),
+      })
+    }
+  }
 
-  @flags.string({ description: 'Host to bind', default: '127.0.0.1' })
-  declare host: string
-
-  @flags.number({ description: 'Emulated clock speed (1 = real time)', default: 1 })
-  declare scale: number
+  #emulator?: PayoutsEmulator
+  #onSignal = () => this.stop().then(() => this.terminate())
 
   async run() {
-    const { PayoutsEmulator } = await import('../src/emulator/main.ts')
-    const emulator = await PayoutsEmulator.start({
-      port: this.port,
-      host: this.host,
-      clock: this.scale === 1 ? { mode: 'real' } : { mode: 'scaled', scale: this.scale },
-    })
-    this.logger.success(`Payouts emulator listening on ${emulator.baseUrl}`)
-    this.logger.log(`API key: ${emulator.apiKey}`)
-    const stop = async () => {
-      await emulator.close()
-      await this.terminate()
+    let values
+    try {
+      values = resolveEmulatorFlags(this.parsed.flags)
+    } catch (error) {
+      if (!(error instanceof EmulatorFlagError)) throw error
+      this.logger.error(error.message)
+      this.exitCode = 2
+      return this.terminate()
     }
-    process.once('SIGINT', stop)
-    process.once('SIGTERM', stop)
+    const { emulator, banner } = await startEmulatorFromFlags(values)
+    this.#emulator = emulator
+    for (const line of banner) this.logger.log(line)
+    process.once('SIGINT', this.#onSignal)
+    process.once('SIGTERM', this.#onSignal)
+  }
+
+  /** Stops the emulator (on a signal, or from a test). */
+  async stop() {
+    process.off('SIGINT', this.#onSignal)
+    process.off('SIGTERM', this.#onSignal)
+    await this.#emulator?.close()
+    this.#emulator = undefined
   }
 }

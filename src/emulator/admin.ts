@@ -17,6 +17,9 @@ import {
 import type { WebhookDispatcher } from './webhooks.ts'
 import type { EventSocketServer } from './websocket.ts'
 
+/** How long a rotated key keeps working (spec, Authentication 7). */
+const ROTATION_GRACE_MS = 7 * 24 * 3600 * 1000
+
 /** The emulator's controls, as methods (and over HTTP under /__emulator). */
 export class EmulatorAdmin {
   constructor(
@@ -43,10 +46,12 @@ export class EmulatorAdmin {
     return this.webhooks.settle()
   }
 
+  /** Replaces the fault configuration (all off with `{}`); a seed restarts the PRNG. */
   setFaults(config: FaultConfig, seed?: number) {
     this.faults.set(config, seed)
   }
 
+  /** Counters of the faults injected and of the webhook attempts. */
   faultStats() {
     return { ...this.faults.stats, webhooks: { ...this.webhooks.stats } }
   }
@@ -60,18 +65,28 @@ export class EmulatorAdmin {
     )
   }
 
-  /** Rotates a key: the old one works 7 emulated days more. */
+  /**
+   * Rotates a key: the old one works 7 emulated days more; then its requests get 401 and its
+   * open sockets are closed.
+   */
   rotateKey(key: string) {
     const record = this.state.keys.get(key)
     if (!record) throw new Error('unknown key')
     const next = this.state.issueKey(record.accountId, [...record.scopes])
-    record.expiresAt = this.clock.now() + 7 * 24 * 3600 * 1000
+    record.expiresAt = this.clock.now() + ROTATION_GRACE_MS
+    this.clock.setTimer(() => this.sockets.closeInvalidKeys(), ROTATION_GRACE_MS)
     return next
   }
 
+  /**
+   * Revokes a key at once: its requests get 401 and its open sockets are closed with 4001
+   * (the spec allows a 30 s drain; the emulator takes none).
+   */
   revokeKey(key: string) {
     const record = this.state.keys.get(key)
-    if (record) record.revoked = true
+    if (!record) throw new Error('unknown key')
+    record.revoked = true
+    this.sockets.closeInvalidKeys()
   }
 
   /** The account's own payment methods (for userPaymentMethodId). */
@@ -83,13 +98,17 @@ export class EmulatorAdmin {
     return this.accountPaymentMethods()[0].id
   }
 
-  /** Creates a recipient directly (no HTTP, no rate limit). */
+  /**
+   * Creates a recipient directly (no HTTP, no rate limit). With the emulator's `seed`, the
+   * n-th recipient seeded gets the same ids at every start.
+   */
   seedRecipient(input: { name?: string; currency?: string } = {}, accountId = DEFAULT_ACCOUNT) {
     return recipientView(
-      this.state.createRecipient(accountId, {
-        name: input.name ?? 'Test Recipient',
-        currency: input.currency ?? 'MXN',
-      })
+      this.state.createRecipient(
+        accountId,
+        { name: input.name ?? 'Test Recipient', currency: input.currency ?? 'MXN' },
+        true
+      )
     )
   }
 
@@ -146,6 +165,7 @@ export class EmulatorAdmin {
     return payoutView(payout)
   }
 
+  /** Every payout of every account, with its Idempotency-Key, flow and quote. */
   payouts() {
     return [...this.state.payouts.values()].map((p) => ({
       ...payoutView(p),
@@ -155,14 +175,30 @@ export class EmulatorAdmin {
     }))
   }
 
+  /** A quote's record (stablecoin: escrow address, deposit amount, chain). */
   quote(quoteId: string) {
     return this.state.quotes.get(quoteId)
   }
 
+  /** Every webhook delivery of every account, oldest first, as the API shows them. */
+  deliveries() {
+    return [...this.webhooks.deliveries.values()].map((d) => this.webhooks.view(d))
+  }
+
+  /** Replays a delivery as a fresh attempt (no rate limit); answers the new delivery. */
+  replayDelivery(id: string) {
+    const delivery = this.webhooks.deliveries.get(id)
+    const replay = delivery && this.webhooks.replay(delivery)
+    if (!replay) throw new Error('unknown delivery or subscription')
+    return this.webhooks.view(replay)
+  }
+
+  /** Cuts every WebSocket connection (reconnect tests). */
   dropWebSockets() {
     this.sockets.dropAll()
   }
 
+  /** Sockets authenticated with a still-valid key. */
   get authenticatedSockets() {
     return this.sockets.authenticatedCount
   }
@@ -177,40 +213,57 @@ export class EmulatorAdmin {
     }
   }
 
-  /** The same controls over HTTP, for a standalone emulator driven by another process. */
+  /**
+   * The same controls over HTTP under /__emulator, for a standalone emulator driven by another
+   * process (docs/emulator.md lists them). Answers null for an unknown call (404).
+   */
   async http(path: string, method: string, body: any): Promise<ApiResult | null> {
-    if (method === 'GET' && path === '/state') {
-      return {
-        status: 200,
-        body: {
-          now: this.clock.iso(),
-          sizes: this.sizes(),
-          faults: this.faultStats(),
-          accountPaymentMethods: this.accountPaymentMethods(),
-          payouts: this.payouts(),
-        },
-      }
-    }
-    if (method !== 'POST') return null
+    const ok = (result: unknown = { ok: true }, status = 200) => ({ status, body: result })
     try {
+      if (method === 'GET') {
+        switch (path) {
+          case '/state':
+            return ok({
+              now: this.clock.iso(),
+              sizes: this.sizes(),
+              faults: this.faultStats(),
+              accountPaymentMethods: this.accountPaymentMethods(),
+              payouts: this.payouts(),
+            })
+          case '/faults':
+            return ok({ config: this.faults.config, stats: this.faultStats() })
+          case '/webhooks/deliveries':
+            return ok({ data: this.deliveries() })
+          default:
+            return null
+        }
+      }
+      if (method !== 'POST') return null
       switch (path) {
         case '/advance':
           await this.advance(Number(body.ms) || 0)
-          return { status: 200, body: { now: this.clock.iso() } }
+          return ok({ now: this.clock.iso() })
         case '/faults':
           this.setFaults(body.config ?? body, body.seed)
-          return { status: 200, body: { ok: true } }
+          return ok()
         case '/keys':
-          return { status: 201, body: { apiKey: this.issueKey(body) } }
+          return ok({ apiKey: this.issueKey(body) }, 201)
+        case '/keys/rotate':
+          return ok({ apiKey: this.rotateKey(body.apiKey) }, 201)
+        case '/keys/revoke':
+          this.revokeKey(body.apiKey)
+          return ok()
         case '/deposits':
-          return { status: 201, body: this.simulateDeposit(body) }
+          return ok(this.simulateDeposit(body), 201)
         case '/recipients':
-          return { status: 201, body: this.seedRecipient(body) }
+          return ok(this.seedRecipient(body, body.accountId), 201)
         case '/payouts/status':
-          return { status: 200, body: this.forcePayoutStatus(body.id, body.status, body) }
+          return ok(this.forcePayoutStatus(body.id, body.status, body))
+        case '/webhooks/replay':
+          return ok(this.replayDelivery(body.id), 202)
         case '/websockets/drop':
           this.dropWebSockets()
-          return { status: 200, body: { ok: true } }
+          return ok()
         default:
           return null
       }

@@ -1,31 +1,29 @@
 #!/usr/bin/env node
-import { parseArgs } from 'node:util'
-import { PayoutsEmulator } from './main.ts'
+import {
+  EmulatorFlagError,
+  emulatorUsage,
+  parseEmulatorArgs,
+  startEmulatorFromFlags,
+} from './cli_options.ts'
 import { stopOnSignal } from './stop_on_signal.ts'
 
 /**
- * `svc-payouts-emulator [--port 4010] [--host 127.0.0.1] [--scale 1] [--step-ms 2000]`:
- * runs the emulator until SIGINT or SIGTERM.
+ * `svc-payouts-emulator [options]` (see `--help`): runs the emulator until SIGINT or SIGTERM.
+ * An unknown flag or a bad value prints one line on stderr and exits 2.
  */
-const { values } = parseArgs({
-  options: {
-    'port': { type: 'string', default: process.env.PAYOUTS_EMULATOR_PORT ?? '4010' },
-    'host': { type: 'string', default: process.env.PAYOUTS_EMULATOR_HOST ?? '127.0.0.1' },
-    'scale': { type: 'string', default: '1' },
-    'step-ms': { type: 'string', default: '2000' },
-    'api-key': { type: 'string', default: process.env.PAYOUTS_EMULATOR_API_KEY },
-  },
-})
+let parsed: ReturnType<typeof parseEmulatorArgs>
+try {
+  parsed = parseEmulatorArgs(process.argv.slice(2))
+} catch (error) {
+  if (!(error instanceof EmulatorFlagError)) throw error
+  process.stderr.write(`svc-payouts-emulator: ${error.message} (see --help)\n`)
+  process.exit(2)
+}
 
-const scale = Number(values.scale)
-const emulator = await PayoutsEmulator.start({
-  port: Number(values.port),
-  host: values.host,
-  clock: scale === 1 ? { mode: 'real' } : { mode: 'scaled', scale },
-  stepIntervalMs: Number(values['step-ms']),
-  apiKey: values['api-key'],
-})
-console.log(`Payouts emulator listening on ${emulator.baseUrl}`)
-console.log(`API key: ${emulator.apiKey}`)
-
-stopOnSignal(() => emulator.close())
+if (parsed.help) {
+  process.stdout.write(emulatorUsage())
+} else {
+  const { emulator, banner } = await startEmulatorFromFlags(parsed.values)
+  console.log(banner.join('\n'))
+  stopOnSignal(() => emulator.close())
+}

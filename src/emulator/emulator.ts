@@ -7,7 +7,7 @@ import { Faults } from './faults.ts'
 import { Lifecycle } from './lifecycle.ts'
 import { RateLimits } from './rate_limits.ts'
 import { createHandler } from './server.ts'
-import { ALL_SCOPES, DEFAULT_ACCOUNT, EmulatorState, type PayoutRecord } from './state.ts'
+import { DEFAULT_ACCOUNT, EmulatorState, type PayoutRecord } from './state.ts'
 import { WebhookDispatcher } from './webhooks.ts'
 import { EventSocketServer } from './websocket.ts'
 
@@ -28,7 +28,11 @@ export interface EmulatorOptions {
   wsAuthTimeoutMs?: number
   /** `false` turns rate limits off; a number multiplies every bucket (load tests). */
   rateLimits?: false | number
-  /** Seed of the fault PRNG. */
+  /**
+   * Seed of the fault PRNG (42 without one) and of the stable ids: with a seed, the default
+   * key (unless `apiKey` is given), the accounts' payment methods and the recipients seeded
+   * through the admin are the same at every start.
+   */
   seed?: number
   /** A fixed key for the default account, instead of a random one. */
   apiKey?: string
@@ -76,7 +80,7 @@ export class PayoutsEmulator {
   /** Starts the emulator; `port: 0` picks a free port. */
   static async start(options: EmulatorOptions = {}): Promise<PayoutsEmulator> {
     const clock = new EmulatorClock(options.clock ?? { mode: 'real' })
-    const state = new EmulatorState(clock)
+    const state = new EmulatorState(clock, options.seed)
     const faults = new Faults(options.seed ?? 42)
     const webhooks = new WebhookDispatcher({
       clock,
@@ -129,17 +133,7 @@ export class PayoutsEmulator {
       lifecycle,
       options.escrowDetectionDelayMs ?? 30_000
     )
-    const apiKey = options.apiKey ?? state.issueKey(DEFAULT_ACCOUNT)
-    if (options.apiKey) {
-      state.keys.set(options.apiKey, {
-        key: options.apiKey,
-        accountId: DEFAULT_ACCOUNT,
-        scopes: new Set(ALL_SCOPES),
-        revoked: false,
-        expiresAt: null,
-      })
-      state.issueKey(DEFAULT_ACCOUNT)
-    }
+    const apiKey = state.addKey(options.apiKey ?? state.defaultKey(), DEFAULT_ACCOUNT)
     const httpDeps = {
       state,
       clock,

@@ -1,4 +1,4 @@
-import { createHash, randomBytes, randomUUID } from 'node:crypto'
+import { createHash, createHmac, randomBytes, randomUUID } from 'node:crypto'
 import type { PayoutStatus, PayoutStep, ExecuteFlow } from '../schemas/common.ts'
 import { SCOPES, type Scope } from '../contract/endpoints.ts'
 import type { EmulatorClock } from './clock.ts'
@@ -97,6 +97,11 @@ export function generateApiKey(env: 'test' | 'live' = 'test'): string {
   return `sk_${env}_${randomBytes(32).toString('base64url').slice(0, 43)}`
 }
 
+/** 32 bytes that depend only on the seed and the label. */
+function seededBytes(seed: number, label: string): Buffer {
+  return createHmac('sha256', `svc-payouts-emulator:${seed}`).update(label).digest()
+}
+
 /** A copy of `value` without the named keys. */
 export function omit<T extends object, K extends keyof T>(value: T, keys: K[]): Omit<T, K> {
   const copy = { ...value }
@@ -125,32 +130,83 @@ export class EmulatorState {
   idempotency = new Map<string, IdempotencyRecord>()
   /** Payouts created per Idempotency-Key (chaos tests assert one per key). */
   executeCalls = 0
+  #seededRecipients = 0
 
-  constructor(readonly clock: EmulatorClock) {}
+  /**
+   * With a `seed`, the default key, the accounts' payment methods and the recipients seeded
+   * through the admin get the same ids at every start (a host app's `.env` stays valid);
+   * without one they are random. Payouts and recipients created over the API are always random.
+   */
+  constructor(
+    readonly clock: EmulatorClock,
+    readonly seed?: number
+  ) {}
 
-  issueKey(
-    accountId: string,
-    scopes: readonly Scope[] = ALL_SCOPES,
-    env: 'test' | 'live' = 'test'
-  ) {
-    const key = generateApiKey(env)
+  /** A UUID derived from the seed and `label`, or a random one without a seed. */
+  stableId(label: string): string {
+    if (this.seed === undefined) return randomUUID()
+    const hex = seededBytes(this.seed, label).toString('hex')
+    const variant = ((Number.parseInt(hex[16], 16) & 0x3) | 0x8).toString(16)
+    return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-4${hex.slice(13, 16)}-${variant}${hex.slice(17, 20)}-${hex.slice(20, 32)}`
+  }
+
+  /** The default account's sandbox key: derived from the seed, or random without one. */
+  defaultKey(): string {
+    if (this.seed === undefined) return generateApiKey('test')
+    return `sk_test_${seededBytes(this.seed, 'api-key').toString('base64url').slice(0, 43)}`
+  }
+
+  /** Stores a key for the account (creating the account's payment methods on first use). */
+  addKey(key: string, accountId: string, scopes: readonly Scope[] = ALL_SCOPES) {
     this.keys.set(key, { key, accountId, scopes: new Set(scopes), revoked: false, expiresAt: null })
     if (!this.accountPaymentMethods.has(accountId)) {
       this.accountPaymentMethods.set(accountId, [
-        { id: randomUUID(), type: 'bank_account', currency: 'USD', rail: 'ach' },
-        { id: randomUUID(), type: 'bank_account', currency: 'EUR', rail: 'sepa' },
+        {
+          id: this.stableId(`${accountId}:payment-method:USD`),
+          type: 'bank_account',
+          currency: 'USD',
+          rail: 'ach',
+        },
+        {
+          id: this.stableId(`${accountId}:payment-method:EUR`),
+          type: 'bank_account',
+          currency: 'EUR',
+          rail: 'sepa',
+        },
       ])
     }
     return key
   }
 
-  createRecipient(accountId: string, input: Record<string, any>): RecipientRecord {
+  /** Issues a new random key of the given environment for the account. */
+  issueKey(
+    accountId: string,
+    scopes: readonly Scope[] = ALL_SCOPES,
+    env: 'test' | 'live' = 'test'
+  ) {
+    return this.addKey(generateApiKey(env), accountId, scopes)
+  }
+
+  /** The key's record while it is accepted: known, not revoked, not past a rotation's expiry. */
+  validKey(key: string): ApiKeyRecord | undefined {
+    const record = this.keys.get(key)
+    if (!record || record.revoked) return undefined
+    if (record.expiresAt !== null && record.expiresAt <= this.clock.now()) return undefined
+    return record
+  }
+
+  /**
+   * Creates a recipient. `seeded` (the admin's seeding) gives it and its payment methods ids
+   * derived from the seed and the order of seeding.
+   */
+  createRecipient(accountId: string, input: Record<string, any>, seeded = false): RecipientRecord {
     const now = this.clock.iso()
     const methods = (input.paymentMethods as PaymentMethodRecord[] | undefined)?.length
       ? input.paymentMethods
       : [{ type: 'bank_account', currency: input.currency ?? 'MXN' }]
+    const label = seeded ? `${accountId}:recipient:${++this.#seededRecipients}` : ''
     const recipient: RecipientRecord = {
-      id: randomUUID(),
+      id: seeded ? this.stableId(label) : randomUUID(),
       accountId,
       name: input.name,
       email: input.email,
@@ -158,8 +214,8 @@ export class EmulatorState {
       currency: input.currency,
       type: input.type ?? 'individual',
       metadata: input.metadata,
-      paymentMethods: methods.map((m: any) => ({
-        id: randomUUID(),
+      paymentMethods: methods.map((m: any, index: number) => ({
+        id: seeded ? this.stableId(`${label}:payment-method:${index}`) : randomUUID(),
         type: m.type ?? 'bank_account',
         currency: m.currency,
         rail: m.rail,

@@ -5,13 +5,24 @@ import { API_KEY_PATTERN } from '../schemas/common.ts'
 import type { EmulatorState } from './state.ts'
 
 /**
+ * The close code for a socket whose key is refused: at authentication, or later when the key
+ * is revoked or a rotated key expires (docs/spec-gaps.md).
+ */
+export const AUTH_CLOSE_CODE = 4001
+
+interface Client {
+  accountId: string | null
+  apiKey: string | null
+}
+
+/**
  * The /ws endpoint: the first message must be `{ type: 'auth', apiKey }` within the
  * deadline (10 s by default) or the socket is closed; afterwards the socket receives the
- * events of the key's account, in the webhook envelope.
+ * events of the key's account, in the webhook envelope, until its key stops being valid.
  */
 export class EventSocketServer {
   #wss = new WebSocketServer({ noServer: true })
-  #clients = new Map<WebSocket, { accountId: string | null }>()
+  #clients = new Map<WebSocket, Client>()
 
   constructor(
     private state: EmulatorState,
@@ -31,10 +42,10 @@ export class EventSocketServer {
   }
 
   #onConnection(socket: WebSocket) {
-    const client = { accountId: null as string | null }
+    const client: Client = { accountId: null, apiKey: null }
     this.#clients.set(socket, client)
     const deadline = setTimeout(
-      () => socket.close(4001, 'authentication timeout'),
+      () => socket.close(AUTH_CLOSE_CODE, 'authentication timeout'),
       this.authTimeoutMs
     )
     socket.on('close', () => {
@@ -50,30 +61,42 @@ export class EventSocketServer {
         message = {}
       }
       const key = typeof message.apiKey === 'string' ? message.apiKey : ''
-      const record = this.state.keys.get(key)
-      const now = this.state.clock.now()
-      if (
-        message.type !== 'auth' ||
-        !API_KEY_PATTERN.test(key) ||
-        !record ||
-        record.revoked ||
-        (record.expiresAt !== null && record.expiresAt <= now)
-      ) {
+      const record = this.state.validKey(key)
+      if (message.type !== 'auth' || !API_KEY_PATTERN.test(key) || !record) {
         socket.send(JSON.stringify({ type: 'auth.error', error: 'authentication failed' }))
-        socket.close(4001, 'authentication failed')
+        socket.close(AUTH_CLOSE_CODE, 'authentication failed')
         return
       }
       clearTimeout(deadline)
       client.accountId = record.accountId
+      client.apiKey = key
       socket.send(JSON.stringify({ type: 'auth.ok' }))
     })
   }
 
-  /** Sends an event envelope to every authenticated socket of the account. */
+  /**
+   * Sends an event envelope to every authenticated socket of the account whose key is still
+   * valid; a socket whose key was revoked or has expired is closed instead.
+   */
   broadcast(accountId: string, envelope: object) {
+    this.closeInvalidKeys()
     const payload = JSON.stringify(envelope)
     for (const [socket, client] of this.#clients) {
       if (client.accountId === accountId && socket.readyState === socket.OPEN) socket.send(payload)
+    }
+  }
+
+  /**
+   * Closes every authenticated socket whose key is no longer valid (revoked, or a rotated
+   * key past its 7 days), with {@link AUTH_CLOSE_CODE}: the spec's revocation reaches open
+   * sockets too, well within its 30 s drain.
+   */
+  closeInvalidKeys() {
+    for (const [socket, client] of this.#clients) {
+      if (client.apiKey === null || this.state.validKey(client.apiKey)) continue
+      client.accountId = null
+      client.apiKey = null
+      socket.close(AUTH_CLOSE_CODE, 'api key revoked or expired')
     }
   }
 
@@ -88,6 +111,7 @@ export class EventSocketServer {
     return count
   }
 
+  /** Cuts every connection and stops accepting new ones. */
   async close() {
     this.dropAll()
     await new Promise<void>((resolve) => this.#wss.close(() => resolve()))

@@ -1,0 +1,168 @@
+import { spawn } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+import { test } from '@japa/runner'
+import { AceFactory } from '@adonisjs/core/factories'
+import { WebSocket } from 'undici'
+import PayoutsEmulatorCommand from '../../commands/payouts_emulator.ts'
+import { EMULATOR_FLAGS } from '../../src/emulator/cli_options.ts'
+import { api, execute, fiatBody, opened, startEmulator, waitFor } from './helpers.ts'
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url))
+
+/** Runs the emulator's command line as a child process; resolves when it exits. */
+function runCli(args: string[]) {
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+    const child = spawn(
+      process.execPath,
+      ['--import=@poppinss/ts-exec', 'src/emulator/cli.ts', ...args],
+      { cwd: ROOT }
+    )
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk) => (stdout += chunk))
+    child.stderr.on('data', (chunk) => (stderr += chunk))
+    child.on('close', (code) => resolve({ code, stdout, stderr }))
+  })
+}
+
+/** Starts the command line, returns its banner once printed, then stops it with SIGTERM. */
+function bannerOf(args: string[]) {
+  return new Promise<string>((resolve, reject) => {
+    const child = spawn(
+      process.execPath,
+      ['--import=@poppinss/ts-exec', 'src/emulator/cli.ts', ...args],
+      { cwd: ROOT }
+    )
+    let stdout = ''
+    let stderr = ''
+    child.stderr.on('data', (chunk) => (stderr += chunk))
+    child.stdout.on('data', (chunk) => {
+      stdout += chunk
+      if (stdout.includes('Stop with Ctrl-C')) child.kill('SIGTERM')
+    })
+    child.on('close', (code) => {
+      if (stdout.includes('Stop with Ctrl-C')) resolve(stdout)
+      else reject(new Error(`the emulator exited (${code}) before its banner: ${stderr}`))
+    })
+  })
+}
+
+/** The banner without its URLs (port 0 picks a new port each start). */
+const withoutUrls = (banner: string) => banner.replace(/(http|ws):\/\/\S+/g, 'URL')
+
+test.group('Emulator | Key revocation reaches open sockets', () => {
+  test('Authentication 8: revoking a key closes its authenticated socket with 4001 and its requests get 401', async ({
+    assert,
+    cleanup,
+  }) => {
+    const emu = await startEmulator(cleanup)
+    const key = emu.admin.issueKey()
+    const socket = new WebSocket(emu.wsUrl)
+    cleanup(async () => socket.close())
+    const messages: any[] = []
+    let closed: number | null = null
+    socket.addEventListener('message', (e) => messages.push(JSON.parse(String(e.data))))
+    socket.addEventListener('close', (e) => (closed = e.code))
+    await opened(socket)
+    socket.send(JSON.stringify({ type: 'auth', apiKey: key }))
+    await waitFor(() => messages.length > 0)
+    assert.deepEqual(messages[0], { type: 'auth.ok' })
+
+    const revoked = await api(emu, 'POST', '/__emulator/keys/revoke', {
+      key: null,
+      body: { apiKey: key },
+    })
+    assert.equal(revoked.status, 200)
+    await waitFor(() => closed !== null)
+    assert.equal(closed, 4001)
+    assert.equal((await api(emu, 'GET', '/payouts', { key })).status, 401)
+    await execute(emu, fiatBody(emu))
+    assert.lengthOf(messages, 1, 'no event after the revocation')
+    assert.equal(emu.admin.authenticatedSockets, 0)
+  })
+
+  test('Authentication 7: a socket of a rotated key is closed once the old key expires', async ({
+    assert,
+    cleanup,
+  }) => {
+    const emu = await startEmulator(cleanup)
+    const key = emu.admin.issueKey()
+    const socket = new WebSocket(emu.wsUrl)
+    cleanup(async () => socket.close())
+    let closed: number | null = null
+    let events = 0
+    socket.addEventListener('message', () => events++)
+    socket.addEventListener('close', (e) => (closed = e.code))
+    await opened(socket)
+    socket.send(JSON.stringify({ type: 'auth', apiKey: key }))
+    await waitFor(() => events > 0)
+    emu.admin.rotateKey(key)
+    await emu.admin.advance(7 * 24 * 3600 * 1000 + 1000)
+    await waitFor(() => closed !== null)
+    assert.equal(closed, 4001)
+  })
+})
+
+test.group('Emulator | Command line', () => {
+  test('--help prints the usage of every flag and exits 0', async ({ assert }) => {
+    const { code, stdout, stderr } = await runCli(['--help'])
+    assert.equal(code, 0, stderr)
+    assert.match(stdout, /^Usage: svc-payouts-emulator \[options\]/)
+    for (const flag of EMULATOR_FLAGS) assert.include(stdout, `--${flag.name}`)
+    assert.equal(stderr, '')
+  })
+
+  test('an unknown flag prints one line on stderr and exits 2', async ({ assert }) => {
+    const { code, stdout, stderr } = await runCli(['--nope'])
+    assert.equal(code, 2)
+    assert.equal(stdout, '')
+    assert.lengthOf(stderr.trimEnd().split('\n'), 1)
+    assert.include(stderr, '--nope')
+  })
+
+  test('two starts with the same --seed give the same key, recipient and payment methods', async ({
+    assert,
+  }) => {
+    const first = await bannerOf(['--port', '0', '--seed', '7'])
+    const second = await bannerOf(['--port', '0', '--seed', '7'])
+    assert.equal(withoutUrls(second), withoutUrls(first))
+    assert.match(first, /API key: +sk_test_[A-Za-z0-9_-]{43}/)
+    assert.match(first, /Recipient: +[0-9a-f-]{36}/)
+    assert.match(first, /userPaymentMethodId [0-9a-f-]{36}/)
+    assert.match(first, /walletAddress 0x[0-9a-f]{40}/)
+    const other = await bannerOf(['--port', '0', '--seed', '8'])
+    assert.notEqual(withoutUrls(other), withoutUrls(first))
+  }).timeout(30_000)
+
+  test('--api-key keeps the given key across starts', async ({ assert }) => {
+    const key = `sk_test_${'k'.repeat(43)}`
+    const first = await bannerOf(['--port', '0', '--api-key', key, '--seed', '3'])
+    const second = await bannerOf(['--port', '0', '--api-key', key, '--seed', '3'])
+    assert.include(first, key)
+    assert.equal(withoutUrls(second), withoutUrls(first))
+  }).timeout(30_000)
+
+  test('node ace payouts:emulator takes the same flags and prints the same banner', async ({
+    assert,
+    cleanup,
+  }) => {
+    assert.deepEqual(
+      PayoutsEmulatorCommand.flags.map((flag) => flag.flagName),
+      EMULATOR_FLAGS.map((flag) => flag.name)
+    )
+    const ace = await new AceFactory().make(new URL('../../', import.meta.url), {
+      importer: () => {},
+    })
+    ace.ui.switchMode('raw')
+    const command = await ace.create(PayoutsEmulatorCommand, ['--port', '0', '--seed', '7'])
+    await command.exec()
+    cleanup(() => command.stop())
+    command.assertSucceeded()
+    const logs = command.logger
+      .getLogs()
+      .map((log) => log.message)
+      .join('\n')
+    const cli = await bannerOf(['--port', '0', '--seed', '7'])
+    assert.equal(withoutUrls(logs.trim()), withoutUrls(cli.trim()))
+  }).timeout(30_000)
+})
