@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process'
+import { readFile } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
 import { test } from '@japa/runner'
 import { AceFactory } from '@adonisjs/core/factories'
@@ -110,6 +111,12 @@ test.group('Emulator | Command line', () => {
     assert.match(stdout, /^Usage: svc-payouts-emulator \[options\]/)
     for (const flag of EMULATOR_FLAGS) assert.include(stdout, `--${flag.name}`)
     assert.equal(stderr, '')
+  })
+
+  test('docs/emulator.md shows the --help output verbatim', async ({ assert }) => {
+    const { stdout } = await runCli(['--help'])
+    const doc = await readFile(new URL('../../docs/emulator.md', import.meta.url), 'utf8')
+    assert.include(doc, '```\n' + stdout + '```')
   })
 
   test('an unknown flag prints one line on stderr and exits 2', async ({ assert }) => {
