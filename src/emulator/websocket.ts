@@ -69,7 +69,10 @@ export class EventSocketServer {
     })
   }
 
-  /** Sends an event envelope to every authenticated socket of the account. */
+  /**
+   * Sends an event envelope to every authenticated socket of the account, unchanged: its
+   * `createdAt` is emulated time, as in the webhook (no signature here, so no wall clock).
+   */
   broadcast(accountId: string, envelope: object) {
     const payload = JSON.stringify(envelope)
     for (const [socket, client] of this.#clients) {
