@@ -1,9 +1,10 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
+import { createServer } from 'node:net'
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
-import { PayoutsEmulator } from '../src/emulator/main.ts'
+import { PayoutsEmulator, type ClockOptions } from '../src/emulator/main.ts'
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url))
 export const DEMO_ROOT = fileURLToPath(new URL('../examples/demo/', import.meta.url))
@@ -64,6 +65,17 @@ export function installDemo(log: Log = print): Promise<void> {
   return installed
 }
 
+/** A TCP port free on 127.0.0.1 right now, for a demo app beside others. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number }
+      server.close(() => resolve(port))
+    })
+    server.on('error', reject)
+  })
+}
+
 export interface DemoApp {
   url: string
   child: ChildProcess
@@ -122,6 +134,8 @@ export interface DemoOptions {
   emulatorPort?: number
   /** Emulated time between lifecycle steps. */
   stepIntervalMs?: number
+  /** The emulator's clock (real time unless told, e.g. `{ mode: 'scaled', scale: 60 }`). */
+  clock?: ClockOptions
   /** Skip the package build and the demo's npm install (already done). */
   skipInstall?: boolean
   /** Write examples/demo/.env so `node ace` works there by hand afterwards. */
@@ -145,6 +159,7 @@ export async function startDemo(options: DemoOptions = {}): Promise<RunningDemo>
   if (!options.skipInstall) await installDemo(log)
   const emulator = await PayoutsEmulator.start({
     port: options.emulatorPort ?? 0,
+    clock: options.clock,
     stepIntervalMs: options.stepIntervalMs ?? 1500,
     escrowDetectionDelayMs: 3000,
   })

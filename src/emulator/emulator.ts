@@ -111,6 +111,9 @@ export class PayoutsEmulator {
               step: payout.step,
               stepChangedAt: clock.iso(),
             }
+      // Emulated time, like the payout's createdAt and stepChangedAt inside it: it dates the
+      // event in the emulated world, where the ledger records it as the change's time. Only
+      // the signature's timestamp is wall-clock time (webhooks.ts): a receiver checks it.
       const envelope = { type, createdAt: clock.iso(), data }
       webhooks.publish(payout.accountId, type, envelope)
       sockets.broadcast(payout.accountId, envelope)

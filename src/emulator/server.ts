@@ -50,10 +50,17 @@ function readBody(req: IncomingMessage): Promise<string> {
   })
 }
 
+/** The request's API key when its Authorization header is `Bearer <key of the format>`. */
+function bearerKey(req: IncomingMessage): string | undefined {
+  const key = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1]
+  return key && API_KEY_PATTERN.test(key) ? key : undefined
+}
+
 /**
  * The HTTP front of the emulator, in the order the service applies its rules: both path
- * styles (with or without `/api`), faults, the route (404 when none matches),
- * authentication, scope, rate limit, JSON body, idempotency, then the route's handler.
+ * styles (with or without `/api`), faults, the rate limit (every request counts, so every
+ * answer from here on carries the X-RateLimit-* headers), the route (404 when none
+ * matches), authentication, scope, JSON body, idempotency, then the route's handler.
  */
 export function createHandler(deps: HttpDeps) {
   const { state, clock, faults } = deps
@@ -64,16 +71,19 @@ export function createHandler(deps: HttpDeps) {
     const url = new URL(req.url ?? '/', 'http://emulator')
     const method = req.method ?? 'GET'
     let raw = ''
+    let tooLarge = false
     try {
       raw = await readBody(req)
     } catch {
-      return send(res, {
-        status: 413,
-        body: { code: 'INVALID_PARAMETER', error: 'body too large' },
-      })
+      tooLarge = true
+    }
+    const bodyTooLarge = {
+      status: 413,
+      body: { code: 'INVALID_PARAMETER', error: 'body too large' },
     }
 
     if (url.pathname.startsWith('/__emulator/')) {
+      if (tooLarge) return send(res, bodyTooLarge)
       let adminBody: unknown
       try {
         adminBody = raw ? JSON.parse(raw) : {}
@@ -131,53 +141,25 @@ export function createHandler(deps: HttpDeps) {
         break
       }
     }
-    if (!route) return send(res, { status: 404, body: { code: 'NOT_FOUND', error: 'not found' } })
 
-    // Authentication and scope.
-    let accountId = 'public'
-    if (route.scope) {
-      const header = req.headers.authorization ?? ''
-      const key = /^Bearer (\S+)$/.exec(header)?.[1]
-      if (!key || !API_KEY_PATTERN.test(key)) {
-        return send(res, {
-          status: 401,
-          body: { code: 'UNAUTHORIZED', error: 'missing or malformed Authorization header' },
-        })
-      }
-      if (key.startsWith('sk_live_')) {
-        return send(res, {
-          status: 403,
-          body: { success: false, error: 'environment_scope mismatch' },
-        })
-      }
-      const record = state.keys.get(key)
-      if (
-        !record ||
-        record.revoked ||
-        (record.expiresAt !== null && record.expiresAt <= clock.now())
-      ) {
-        return send(res, {
-          status: 401,
-          body: { code: 'UNAUTHORIZED', error: 'unknown or revoked API key' },
-        })
-      }
-      if (!record.scopes.has(route.scope)) {
-        return send(res, {
-          status: 403,
-          body: { code: 'FORBIDDEN', error: `API key lacks the ${route.scope} scope` },
-        })
-      }
-      accountId = record.accountId
-    }
+    const key = bearerKey(req)
+    const found = key ? state.keys.get(key) : undefined
+    const keyRecord =
+      found && !found.revoked && (found.expiresAt === null || found.expiresAt > clock.now())
+        ? found
+        : undefined
 
-    // Rate limit: per key, per account for replay (spec, Limits).
+    // Rate limit (spec, Limits): per key, per account for replay. A request without a
+    // usable key counts per client address, and an unknown path in the default family.
     const headers: Record<string, string | number> = {}
     if (deps.rateLimits) {
-      const subject =
-        route.family === 'replay'
-          ? accountId
-          : (req.headers.authorization ?? req.socket.remoteAddress ?? 'anon')
-      const decision = deps.rateLimits.take(subject, route.family)
+      const family = route?.family ?? 'default'
+      const subject = !keyRecord
+        ? `address:${req.socket.remoteAddress ?? 'unknown'}`
+        : family === 'replay'
+          ? `account:${keyRecord.accountId}`
+          : `key:${keyRecord.key}`
+      const decision = deps.rateLimits.take(subject, family)
       headers['x-ratelimit-limit'] = decision.limit
       headers['x-ratelimit-remaining'] = decision.remaining
       headers['x-ratelimit-reset'] = decision.reset
@@ -186,6 +168,31 @@ export function createHandler(deps: HttpDeps) {
         headers['retry-after'] = decision.retryAfter
         return send(res, { status: 429, body: { error: 'rate limit exceeded' } }, headers)
       }
+    }
+    if (tooLarge) return send(res, bodyTooLarge, headers)
+    if (!route)
+      return send(res, { status: 404, body: { code: 'NOT_FOUND', error: 'not found' } }, headers)
+
+    // Authentication and scope.
+    let accountId = 'public'
+    if (route.scope) {
+      if (!key) {
+        const error = 'missing or malformed Authorization header'
+        return send(res, { status: 401, body: { code: 'UNAUTHORIZED', error } }, headers)
+      }
+      if (key.startsWith('sk_live_')) {
+        const mismatch = { success: false, error: 'environment_scope mismatch' }
+        return send(res, { status: 403, body: mismatch }, headers)
+      }
+      if (!keyRecord) {
+        const error = 'unknown or revoked API key'
+        return send(res, { status: 401, body: { code: 'UNAUTHORIZED', error } }, headers)
+      }
+      if (!keyRecord.scopes.has(route.scope)) {
+        const error = `API key lacks the ${route.scope} scope`
+        return send(res, { status: 403, body: { code: 'FORBIDDEN', error } }, headers)
+      }
+      accountId = keyRecord.accountId
     }
 
     let body: unknown

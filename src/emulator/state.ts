@@ -109,10 +109,27 @@ export function omit<T extends object, K extends keyof T>(value: T, keys: K[]): 
   return copy
 }
 
+/**
+ * The digest an Idempotency-Key's body is compared by. It hashes the parsed JSON value, so
+ * another key order or whitespace is the same body; array order still counts.
+ */
 export function hashBody(body: unknown): string {
   return createHash('sha256')
-    .update(JSON.stringify(body ?? null))
+    .update(canonicalJson(body ?? null))
     .digest('hex')
+}
+
+/** JSON text with every object's keys sorted: equal JSON values give equal text. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`
+  if (value !== null && typeof value === 'object') {
+    const object = value as Record<string, unknown>
+    const members = Object.keys(object)
+      .sort()
+      .map((key) => `${JSON.stringify(key)}:${canonicalJson(object[key])}`)
+    return `{${members.join(',')}}`
+  }
+  return JSON.stringify(value)
 }
 
 /**

@@ -104,8 +104,9 @@ export interface WebhookDispatcherOptions {
 }
 
 /**
- * Subscriptions and the delivery worker: signs each POST over `t.` + the raw body,
- * retries on the spec's schedule on the emulated clock, and keeps 30 days of history.
+ * Subscriptions and the delivery worker: signs each POST over `t.` + the raw body (with a
+ * wall-clock `t`), retries on the spec's schedule on the emulated clock, and keeps 30 days
+ * of history.
  */
 export class WebhookDispatcher {
   subscriptions = new Map<string, SubscriptionRecord>()
@@ -229,7 +230,10 @@ export class WebhookDispatcher {
     // Checked again at delivery (the spec re-resolves DNS before each POST).
     if (refuseWebhookUrl(subscription.url, this.options.allowInsecureLoopback)) return false
     this.stats.attempts++
-    const timestamp = this.options.clock.nowSeconds()
+    // The wall clock, never the emulated one: the receiver checks the timestamp against its
+    // own clock (5 minutes' tolerance), and an emulated clock sped up or moved ahead would
+    // put every delivery out of tolerance. The emulated clock drives only when this runs.
+    const timestamp = Math.floor(Date.now() / 1000)
     try {
       const response = await request(subscription.url, {
         method: 'POST',

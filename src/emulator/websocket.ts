@@ -75,8 +75,9 @@ export class EventSocketServer {
   }
 
   /**
-   * Sends an event envelope to every authenticated socket of the account whose key is still
-   * valid; a socket whose key was revoked or has expired is closed instead.
+   * Sends an event envelope, unchanged (its `createdAt` is emulated time, as in the webhook;
+   * no signature here, so no wall clock), to every authenticated socket of the account whose
+   * key is still valid; a socket whose key was revoked or has expired is closed instead.
    */
   broadcast(accountId: string, envelope: object) {
     this.closeInvalidKeys()

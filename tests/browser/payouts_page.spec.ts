@@ -1,8 +1,7 @@
 import { existsSync, mkdirSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { test } from '@japa/runner'
 import { chromium, type Browser } from 'playwright-core'
-import { startDemo, type RunningDemo } from '../../scripts/demo_runner.ts'
+import { freePort, startDemo, type RunningDemo } from '../../scripts/demo_runner.ts'
 
 /**
  * The demo page in headless Chromium: a payout executed from the form reaches completed
@@ -13,16 +12,6 @@ const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 // CI installs Chromium and must run this test; elsewhere it runs when Chromium is there.
 const MISSING = !existsSync(CHROMIUM) && process.env.CI !== 'true'
 const SCREENSHOT = new URL('../../test-results/payouts-page.png', import.meta.url)
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
-    })
-    server.on('error', reject)
-  })
-}
 
 test.group('Browser | demo page', (group) => {
   let demo: RunningDemo

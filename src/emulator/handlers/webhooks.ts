@@ -14,6 +14,15 @@ import {
 /** The most active subscriptions one account may have. */
 const MAX_ACTIVE_SUBSCRIPTIONS = 25
 
+/** The 409 for one more active subscription than the account may have. */
+const tooManyActive = () => ({
+  status: 409,
+  body: {
+    code: 'MAX_ACTIVE_SUBSCRIPTIONS_EXCEEDED',
+    error: `the account already has ${MAX_ACTIVE_SUBSCRIPTIONS} active subscriptions`,
+  },
+})
+
 /** A subscription as the API shows it: never its secret or its account. */
 const subscriptionView = (s: SubscriptionRecord) => omit(s, ['secret', 'accountId'])
 
@@ -34,15 +43,7 @@ export function webhookHandlers({ webhooks, allowInsecureWebhooks }: ApiDeps) {
       if ('error' in parsed) return parsed.error
       const refusal = refuseWebhookUrl(parsed.data.url, allowInsecureWebhooks)
       if (refusal) return invalid('url', refusal)
-      if (webhooks.activeCount(accountId) >= MAX_ACTIVE_SUBSCRIPTIONS) {
-        return {
-          status: 409,
-          body: {
-            code: 'MAX_ACTIVE_SUBSCRIPTIONS_EXCEEDED',
-            error: `the account already has ${MAX_ACTIVE_SUBSCRIPTIONS} subscriptions`,
-          },
-        }
-      }
+      if (webhooks.activeCount(accountId) >= MAX_ACTIVE_SUBSCRIPTIONS) return tooManyActive()
       const subscription = webhooks.createSubscription(accountId, parsed.data)
       return {
         status: 201,
@@ -72,6 +73,10 @@ export function webhookHandlers({ webhooks, allowInsecureWebhooks }: ApiDeps) {
         const refusal = refuseWebhookUrl(parsed.data.url, allowInsecureWebhooks)
         if (refusal) return invalid('url', refusal)
       }
+      // Reactivating is one more active subscription: the limit holds here as at creation.
+      const activates = parsed.data.active === true && !subscription.active
+      if (activates && webhooks.activeCount(ctx.accountId) >= MAX_ACTIVE_SUBSCRIPTIONS)
+        return tooManyActive()
       Object.assign(subscription, parsed.data)
       return { status: 200, body: subscriptionView(subscription) }
     },
