@@ -143,11 +143,7 @@ export function createHandler(deps: HttpDeps) {
     }
 
     const key = bearerKey(req)
-    const found = key ? state.keys.get(key) : undefined
-    const keyRecord =
-      found && !found.revoked && (found.expiresAt === null || found.expiresAt > clock.now())
-        ? found
-        : undefined
+    const keyRecord = key ? state.validKey(key) : undefined
 
     // Rate limit (spec, Limits): per key, per account for replay. A request without a
     // usable key counts per client address, and an unknown path in the default family.
