@@ -16,15 +16,20 @@ export default class PayoutsEmulatorCommand extends BaseCommand {
   @flags.number({ description: 'Emulated clock speed (1 = real time)', default: 1 })
   declare scale: number
 
+  @flags.boolean({ description: 'Refuse loopback webhook URLs, as the service does' })
+  declare strictWebhooks: boolean
+
   async run() {
     const { PayoutsEmulator } = await import('../src/emulator/main.ts')
     const emulator = await PayoutsEmulator.start({
       port: this.port,
       host: this.host,
       clock: this.scale === 1 ? { mode: 'real' } : { mode: 'scaled', scale: this.scale },
+      allowInsecureWebhooks: !this.strictWebhooks,
     })
     this.logger.success(`Payouts emulator listening on ${emulator.baseUrl}`)
     this.logger.log(`API key: ${emulator.apiKey}`)
+    if (!this.strictWebhooks) this.logger.log(PayoutsEmulator.LOOPBACK_WEBHOOKS_NOTICE)
     const stop = async () => {
       await emulator.close()
       await this.terminate()
