@@ -162,6 +162,8 @@ export async function startDemo(options: DemoOptions = {}): Promise<RunningDemo>
     clock: options.clock,
     stepIntervalMs: options.stepIntervalMs ?? 1500,
     escrowDetectionDelayMs: 3000,
+    // The demo app receives its webhooks on this machine.
+    allowInsecureWebhooks: true,
   })
   const port = options.port ?? 3333
   mkdirSync(`${DEMO_ROOT}tmp`, { recursive: true })

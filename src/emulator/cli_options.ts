@@ -15,6 +15,7 @@ export interface EmulatorFlagValues {
   stepMs: number
   apiKey?: string
   seed?: number
+  strictWebhooks: boolean
 }
 
 /** One flag: its name on the command line, its value's key, type, default and variable. */
@@ -23,11 +24,11 @@ export interface EmulatorFlag {
   name: string
   /** Its key in {@link EmulatorFlagValues}. */
   key: keyof EmulatorFlagValues
-  type: 'string' | 'number'
-  /** Shown in `--help` as `--name <placeholder>`. */
-  placeholder: string
+  type: 'string' | 'number' | 'boolean'
+  /** Shown in `--help` as `--name <placeholder>` (a boolean flag takes none). */
+  placeholder?: string
   description: string
-  default?: string | number
+  default?: string | number | boolean
   /** What `--help` says when the flag has no fixed default. */
   defaultNote?: string
   /** The environment variable read when the flag is absent. */
@@ -88,9 +89,19 @@ export const EMULATOR_FLAGS: readonly EmulatorFlag[] = [
     defaultNote: 'none: random ids',
     env: 'PAYOUTS_EMULATOR_SEED',
   },
-  // Further flags (such as turning loopback webhook delivery off) are added here: the bin,
-  // the ace command and `--help` all read this list.
+  {
+    name: 'strict-webhooks',
+    key: 'strictWebhooks',
+    type: 'boolean',
+    description:
+      'Refuse loopback webhook URLs, as the service does (without it, delivery to 127.0.0.1 is on)',
+    default: false,
+  },
 ]
+
+/** The banner's line while loopback webhook delivery is on (the command line's default). */
+export const LOOPBACK_WEBHOOKS_NOTICE =
+  'Loopback webhook delivery is on (development only; the service refuses loopback URLs)'
 
 /** The one-line answer to a flag the command line does not know, or a bad value. */
 export class EmulatorFlagError extends Error {}
@@ -105,6 +116,10 @@ export function resolveEmulatorFlags(
     let value = given[flag.name]
     if (value === undefined || value === '') value = flag.env ? env[flag.env] : undefined
     if (value === undefined || value === '') value = flag.default
+    if (flag.type === 'boolean') {
+      values[flag.key] = value === true ? 1 : 0
+      continue
+    }
     if (value !== undefined && flag.type === 'number') {
       const number = Number(value)
       if (!Number.isFinite(number)) {
@@ -114,7 +129,7 @@ export function resolveEmulatorFlags(
     }
     values[flag.key] = value === undefined ? undefined : (value as string | number)
   }
-  return values as unknown as EmulatorFlagValues
+  return { ...values, strictWebhooks: values.strictWebhooks === 1 } as unknown as EmulatorFlagValues
 }
 
 /** A flag's line of help, with its default and variable: `--help` and `node ace` show it. */
@@ -129,7 +144,7 @@ export function flagHelp(flag: EmulatorFlag): string {
 /** The text `svc-payouts-emulator --help` prints. */
 export function emulatorUsage(): string {
   const rows = EMULATOR_FLAGS.map((flag) => [
-    `--${flag.name} <${flag.placeholder}>`,
+    flag.placeholder ? `--${flag.name} <${flag.placeholder}>` : `--${flag.name}`,
     flagHelp(flag),
   ])
   rows.push(['--help', 'Print this help and exit'])
@@ -162,7 +177,12 @@ export function parseEmulatorArgs(
       allowPositionals: false,
       options: {
         help: { type: 'boolean', short: 'h' },
-        ...Object.fromEntries(EMULATOR_FLAGS.map((flag) => [flag.name, { type: 'string' }])),
+        ...Object.fromEntries(
+          EMULATOR_FLAGS.map((flag) => [
+            flag.name,
+            { type: flag.type === 'boolean' ? 'boolean' : 'string' } as const,
+          ])
+        ),
       },
     })
   } catch (error) {
@@ -182,6 +202,7 @@ export function emulatorOptions(values: EmulatorFlagValues): EmulatorOptions {
     stepIntervalMs: values.stepMs,
     apiKey: values.apiKey,
     seed: values.seed,
+    allowInsecureWebhooks: !values.strictWebhooks,
   }
 }
 
@@ -212,7 +233,7 @@ export function emulatorBanner(
     `    onramp              toCurrency USDC, userPaymentMethodId ${usd}`,
     `    stablecoin_to_fiat  fromCurrency USDC, walletAddress ${EXAMPLE_WALLET} (any wallet)`,
     `  Controls:   ${emulator.baseUrl}/__emulator (see docs/emulator.md)`,
-    // Further lines (such as "loopback webhook delivery on") go here.
+    ...(values.strictWebhooks ? [] : [`  ${LOOPBACK_WEBHOOKS_NOTICE}`]),
     values.seed === undefined
       ? '  Seed:       none: the key and ids change at each start (pass --seed to keep them)'
       : `  Seed:       ${values.seed}: the same key and ids at every start`,

@@ -1,5 +1,7 @@
+import { lookup } from 'node:dns/promises'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import type { WebhookLookup } from '../schemas/webhook_urls.ts'
 import { EmulatorAdmin } from './admin.ts'
 import { buildRoutes } from './api.ts'
 import { EmulatorClock, type ClockOptions } from './clock.ts'
@@ -20,8 +22,14 @@ export interface EmulatorOptions {
   stepIntervalMs?: number
   /** Emulated time before automatic detection sees an escrow deposit. */
   escrowDetectionDelayMs?: number
-  /** Allow http://127.0.0.1 and localhost webhook targets (development only). */
+  /**
+   * Development only: accept loopback webhook targets (127.0.0.0/8, ::1, localhost), over
+   * http too. Off by default, as strict as the service; private, link-local and metadata
+   * hosts stay refused either way.
+   */
   allowInsecureWebhooks?: boolean
+  /** Resolves webhook host names at creation and before each POST (default: `node:dns`). */
+  lookup?: WebhookLookup
   /** Real milliseconds a webhook receiver may take (spec: 10 s). */
   webhookTimeoutMs?: number
   /** Real milliseconds a socket may stay silent before auth (spec: 10 s). */
@@ -85,7 +93,8 @@ export class PayoutsEmulator {
     const webhooks = new WebhookDispatcher({
       clock,
       faults,
-      allowInsecureLoopback: options.allowInsecureWebhooks ?? true,
+      allowInsecureLoopback: options.allowInsecureWebhooks ?? false,
+      lookup: options.lookup ?? ((hostname) => lookup(hostname, { all: true })),
       receiverTimeoutMs: options.webhookTimeoutMs ?? 10_000,
     })
     const sockets = new EventSocketServer(state, options.wsAuthTimeoutMs ?? 10_000)
@@ -124,7 +133,7 @@ export class PayoutsEmulator {
       clock,
       lifecycle,
       webhooks,
-      allowInsecureWebhooks: options.allowInsecureWebhooks ?? true,
+      allowInsecureWebhooks: options.allowInsecureWebhooks ?? false,
       emit,
     }
     const admin = new EmulatorAdmin(
@@ -183,6 +192,6 @@ export class PayoutsEmulator {
     await this.#sockets.close()
     this.#server.closeAllConnections()
     await new Promise<void>((resolve) => this.#server.close(() => resolve()))
-    await this.webhooks.settle()
+    await this.webhooks.close()
   }
 }

@@ -1,6 +1,11 @@
 import { randomBytes, randomUUID } from 'node:crypto'
-import { isIP } from 'node:net'
-import { request } from 'undici'
+import { Agent, request } from 'undici'
+import {
+  checkWebhookTarget,
+  normaliseWebhookHost,
+  type ResolvedAddress,
+  type WebhookLookup,
+} from '../schemas/webhook_urls.ts'
 import { signPayload } from '../signature/main.ts'
 import type { EmulatorClock } from './clock.ts'
 import type { Faults } from './faults.ts'
@@ -31,6 +36,8 @@ export interface DeliveryRecord {
   nextAttemptAt?: string
   replayOf?: string
   lastStatusCode?: number
+  /** Why the last attempt sent nothing: its target was refused or did not resolve. */
+  lastError?: string
 }
 
 /** Retry schedule after attempts 1..4 (spec, HTTP delivery): 30 s, 2 min, 8 min, 32 min. */
@@ -40,66 +47,12 @@ export const MAX_PAYLOAD_BYTES = 256 * 1024
 const HISTORY_MS = 30 * 24 * 3600 * 1000
 const MAX_HISTORY = 50_000
 
-const METADATA_HOSTS = new Set([
-  '169.254.169.254',
-  'metadata.google.internal',
-  'metadata',
-  '100.100.100.200',
-  'fd00:ec2::254',
-])
-
-/** True for loopback, private, link-local and unique-local addresses. */
-export function isPrivateAddress(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, '').toLowerCase()
-  if (h === 'localhost' || h.endsWith('.localhost')) return true
-  const kind = isIP(h)
-  if (kind === 4) {
-    const [a, b] = h.split('.').map(Number)
-    return (
-      a === 10 ||
-      a === 127 ||
-      a === 0 ||
-      (a === 172 && b >= 16 && b <= 31) ||
-      (a === 192 && b === 168) ||
-      (a === 169 && b === 254) ||
-      (a === 100 && b >= 64 && b <= 127)
-    )
-  }
-  if (kind === 6) {
-    return (
-      h === '::1' ||
-      h === '::' ||
-      h.startsWith('fc') ||
-      h.startsWith('fd') ||
-      h.startsWith('fe80') ||
-      h.startsWith('::ffff:')
-    )
-  }
-  return false
-}
-
-/** Why a webhook URL is refused, or null when it is allowed. */
-export function refuseWebhookUrl(value: string, allowInsecureLoopback: boolean): string | null {
-  let url: URL
-  try {
-    url = new URL(value)
-  } catch {
-    return 'must be a valid URL'
-  }
-  const host = url.hostname.replace(/^\[|\]$/g, '')
-  const loopback = ['127.0.0.1', 'localhost', '::1'].includes(host)
-  if (allowInsecureLoopback && loopback && (url.protocol === 'http:' || url.protocol === 'https:'))
-    return null
-  if (url.protocol !== 'https:') return 'must be an https URL'
-  if (METADATA_HOSTS.has(host.toLowerCase())) return 'metadata hosts are not allowed'
-  if (isPrivateAddress(host)) return 'private, loopback and link-local addresses are not allowed'
-  return null
-}
-
 export interface WebhookDispatcherOptions {
   clock: EmulatorClock
   faults: Faults
   allowInsecureLoopback: boolean
+  /** Resolves webhook host names before each POST. */
+  lookup: WebhookLookup
   receiverTimeoutMs: number
 }
 
@@ -114,8 +67,13 @@ export class WebhookDispatcher {
   /** Counters for tests and chaos reports. */
   stats = { attempts: 0, succeeded: 0, failed: 0, duplicated: 0, dropped: 0, delayed: 0 }
   #inFlight = new Set<Promise<void>>()
+  /** The addresses each host name was last checked to; the POST connects only to them. */
+  #checked = new Map<string, ResolvedAddress[]>()
+  #agent: Agent
 
-  constructor(private options: WebhookDispatcherOptions) {}
+  constructor(private options: WebhookDispatcherOptions) {
+    this.#agent = new Agent({ connect: { lookup: pinnedLookup(this.#checked) } })
+  }
 
   createSubscription(accountId: string, input: { url: string; events: string[]; label?: string }) {
     const subscription: SubscriptionRecord = {
@@ -227,8 +185,7 @@ export class WebhookDispatcher {
   async #send(delivery: DeliveryRecord): Promise<boolean> {
     const subscription = this.subscriptions.get(delivery.subscriptionId)
     if (!subscription || !subscription.active) return false
-    // Checked again at delivery (the spec re-resolves DNS before each POST).
-    if (refuseWebhookUrl(subscription.url, this.options.allowInsecureLoopback)) return false
+    if (!(await this.#targetAllowed(delivery, subscription.url))) return false
     this.stats.attempts++
     // The wall clock, never the emulated one: the receiver checks the timestamp against its
     // own clock (5 minutes' tolerance), and an emulated clock sped up or moved ahead would
@@ -245,6 +202,7 @@ export class WebhookDispatcher {
         },
         body: delivery.payload,
         signal: AbortSignal.timeout(this.options.receiverTimeoutMs),
+        dispatcher: this.#agent,
       })
       delivery.lastStatusCode = response.statusCode
       await response.body.dump()
@@ -256,6 +214,36 @@ export class WebhookDispatcher {
       this.stats.failed++
       return false
     }
+  }
+
+  /** The webhook URL rule with the host name resolved now (creation, update, each POST). */
+  checkUrl(url: string) {
+    return checkWebhookTarget(url, {
+      allowLoopback: this.options.allowInsecureLoopback,
+      lookup: this.options.lookup,
+    })
+  }
+
+  /**
+   * The URL rule again before each POST, the host name resolved anew (spec, HTTP delivery):
+   * a refused or unresolvable target fails the attempt with `lastError` and sends nothing.
+   */
+  async #targetAllowed(delivery: DeliveryRecord, url: string) {
+    const target = await this.checkUrl(url)
+    if ('refusal' in target) delivery.lastError = `refused: ${target.refusal}`
+    else if (target.unresolved) delivery.lastError = `${target.host}: ${target.unresolved}`
+    else {
+      if (target.addresses.length > 0) this.#checked.set(target.host, target.addresses)
+      delivery.lastError = undefined
+      return true
+    }
+    return false
+  }
+
+  /** Closes the connections to the receivers. */
+  async close() {
+    await this.settle()
+    await this.#agent.close()
   }
 
   #track(task: Promise<void>) {
@@ -279,6 +267,29 @@ export class WebhookDispatcher {
 
   view(delivery: DeliveryRecord) {
     return omit(delivery, ['payload', 'accountId', 'createdAtMs'])
+  }
+}
+
+/**
+ * A `net.connect` lookup answering a host name with the addresses the rule last allowed for
+ * it, so the POST cannot reach an address that was not checked (DNS rebinding).
+ */
+function pinnedLookup(checked: Map<string, ResolvedAddress[]>) {
+  return (
+    hostname: string,
+    options: { all?: boolean; family?: number | string },
+    callback: (...args: any[]) => void
+  ) => {
+    const family = options.family === 'IPv6' ? 6 : options.family === 'IPv4' ? 4 : options.family
+    const addresses = (checked.get(normaliseWebhookHost(hostname)) ?? []).filter(
+      (a) => !family || a.family === family
+    )
+    if (addresses.length === 0) {
+      const error = Object.assign(new Error(`${hostname} was not checked`), { code: 'ENOTFOUND' })
+      return callback(error, options.all ? [] : undefined)
+    }
+    if (options.all) return callback(null, addresses)
+    callback(null, addresses[0].address, addresses[0].family)
   }
 }
 

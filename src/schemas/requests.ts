@@ -1,5 +1,6 @@
 import { z } from 'zod'
 import { currencySchema, positiveAmountSchema, uuidSchema, WEBHOOK_EVENT_TYPES } from './common.ts'
+import { webhookUrlRefusal } from './webhook_urls.ts'
 
 /** Fields every execute flow accepts (spec, Execute request body). */
 const executeCommon = {
@@ -98,22 +99,15 @@ export const recipientBulkCreateSchema = z.object({
 })
 
 /**
- * Webhook subscription URLs must be https. `allowInsecureLoopback` is the emulator's
- * development switch for http://127.0.0.1 and localhost.
+ * A webhook subscription URL, checked by the service's rule without resolving its host
+ * (`webhookUrlRefusal`). `allowInsecureLoopback` is the development switch for loopback
+ * targets (the emulator).
  */
 export function webhookUrlSchema(allowInsecureLoopback = false) {
-  return z.url().refine(
-    (value) => {
-      const url = new URL(value)
-      if (url.protocol === 'https:') return true
-      return (
-        allowInsecureLoopback &&
-        url.protocol === 'http:' &&
-        ['127.0.0.1', 'localhost', '[::1]'].includes(url.hostname)
-      )
-    },
-    { message: 'must be an https URL' }
-  )
+  return z.url().superRefine((value, ctx) => {
+    const refusal = webhookUrlRefusal(value, { allowLoopback: allowInsecureLoopback })
+    if (refusal) ctx.addIssue({ code: 'custom', message: refusal })
+  })
 }
 
 export function webhookSubscriptionCreateSchema(allowInsecureLoopback = false) {

@@ -198,6 +198,8 @@ test.group(`Chaos | ${N} payouts, faults, two SIGKILLs, a stall, a rotation (${T
       escrowDetectionDelayMs: 500,
       rateLimits: 20,
       seed: SEED,
+      // The host app receives its webhooks on 127.0.0.1.
+      allowInsecureWebhooks: true,
     })
     cleanup(() => emu.close())
 

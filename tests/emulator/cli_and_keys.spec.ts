@@ -5,7 +5,12 @@ import { test } from '@japa/runner'
 import { AceFactory } from '@adonisjs/core/factories'
 import { WebSocket } from 'undici'
 import PayoutsEmulatorCommand from '../../commands/payouts_emulator.ts'
-import { EMULATOR_FLAGS } from '../../src/emulator/cli_options.ts'
+import {
+  EMULATOR_FLAGS,
+  emulatorOptions,
+  LOOPBACK_WEBHOOKS_NOTICE,
+  resolveEmulatorFlags,
+} from '../../src/emulator/cli_options.ts'
 import { api, execute, fiatBody, opened, startEmulator, waitFor } from './helpers.ts'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -147,6 +152,19 @@ test.group('Emulator | Command line', () => {
     const second = await bannerOf(['--port', '0', '--api-key', key, '--seed', '3'])
     assert.include(first, key)
     assert.equal(withoutUrls(second), withoutUrls(first))
+  }).timeout(30_000)
+
+  test('the command line delivers to loopback and says so; --strict-webhooks refuses it as the service does', async ({
+    assert,
+  }) => {
+    const lenient = await bannerOf(['--port', '0', '--seed', '5'])
+    assert.include(lenient, LOOPBACK_WEBHOOKS_NOTICE)
+    const strict = await bannerOf(['--port', '0', '--seed', '5', '--strict-webhooks'])
+    assert.notInclude(strict, LOOPBACK_WEBHOOKS_NOTICE)
+    assert.isTrue(emulatorOptions(resolveEmulatorFlags({})).allowInsecureWebhooks)
+    assert.isFalse(
+      emulatorOptions(resolveEmulatorFlags({ 'strict-webhooks': true })).allowInsecureWebhooks
+    )
   }).timeout(30_000)
 
   test('node ace payouts:emulator takes the same flags and prints the same banner', async ({

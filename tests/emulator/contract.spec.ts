@@ -102,7 +102,10 @@ test.group('Contract | client against the emulator', () => {
     assert,
     cleanup,
   }) => {
-    const { emu, client, recipient, fiat } = await setup(cleanup)
+    // The receiver listens on 127.0.0.1: the client allows loopback as the emulator does.
+    const { emu, client, recipient, fiat } = await setup(cleanup, {
+      allowInsecureLoopbackWebhooks: true,
+    })
     assert.isAbove((await client.getCoverage()).fiat.length, 3)
     assert.match(
       (

@@ -5,12 +5,20 @@ import { request, type WebSocket } from 'undici'
 import { PayoutsClient, type PayoutsClientOptions } from '../../src/client/main.ts'
 import { PayoutsEmulator, type EmulatorOptions } from '../../src/emulator/main.ts'
 
-/** Starts an emulator on a manual clock and stops it in the test's cleanup. */
+/**
+ * Starts an emulator on a manual clock, loopback webhook targets allowed (the tests'
+ * receivers listen on 127.0.0.1), and stops it in the test's cleanup.
+ */
 export async function startEmulator(
   cleanup: (fn: () => Promise<void>) => void,
   options: EmulatorOptions = {}
 ) {
-  const emu = await PayoutsEmulator.start({ port: 0, clock: { mode: 'manual' }, ...options })
+  const emu = await PayoutsEmulator.start({
+    port: 0,
+    clock: { mode: 'manual' },
+    allowInsecureWebhooks: true,
+    ...options,
+  })
   cleanup(() => emu.close())
   return emu
 }

@@ -225,7 +225,11 @@ test.group('Scale-out | two instances of the example app on PostgreSQL and Redis
       await admin.manager.closeAll()
     })
 
-    const emulator = await PayoutsEmulator.start({ port: 0, stepIntervalMs: 150 })
+    const emulator = await PayoutsEmulator.start({
+      port: 0,
+      stepIntervalMs: 150,
+      allowInsecureWebhooks: true,
+    })
     cleanup(() => emulator.close())
     // Duplicated deliveries (same delivery id) land on the other instance half the time.
     emulator.admin.setFaults({ webhookDuplicateRate: 0.25 })

@@ -1,6 +1,6 @@
 import { ENDPOINTS } from '../../contract/endpoints.ts'
 import { omit } from '../state.ts'
-import { refuseWebhookUrl, type SubscriptionRecord } from '../webhooks.ts'
+import type { SubscriptionRecord } from '../webhooks.ts'
 import {
   invalid,
   notFound,
@@ -38,11 +38,11 @@ export function webhookHandlers({ webhooks, allowInsecureWebhooks }: ApiDeps) {
   }
 
   return {
-    createSubscription: ({ accountId, body }) => {
+    createSubscription: async ({ accountId, body }) => {
       const parsed = parse(ENDPOINTS.createSubscription.request(allowInsecureWebhooks), body)
       if ('error' in parsed) return parsed.error
-      const refusal = refuseWebhookUrl(parsed.data.url, allowInsecureWebhooks)
-      if (refusal) return invalid('url', refusal)
+      const target = await webhooks.checkUrl(parsed.data.url)
+      if ('refusal' in target) return invalid('url', target.refusal)
       if (webhooks.activeCount(accountId) >= MAX_ACTIVE_SUBSCRIPTIONS) return tooManyActive()
       const subscription = webhooks.createSubscription(accountId, parsed.data)
       return {
@@ -63,15 +63,15 @@ export function webhookHandlers({ webhooks, allowInsecureWebhooks }: ApiDeps) {
       if (!subscription) return notFound('subscription')
       return { status: 200, body: subscriptionView(subscription) }
     },
-    updateSubscription: (ctx) => {
+    updateSubscription: async (ctx) => {
       const subscription = findSubscription(ctx)
       if (!subscription) return notFound('subscription')
       const schema = ENDPOINTS.updateSubscription.request(allowInsecureWebhooks)
       const parsed = parse(schema, ctx.body)
       if ('error' in parsed) return parsed.error
       if (parsed.data.url) {
-        const refusal = refuseWebhookUrl(parsed.data.url, allowInsecureWebhooks)
-        if (refusal) return invalid('url', refusal)
+        const target = await webhooks.checkUrl(parsed.data.url)
+        if ('refusal' in target) return invalid('url', target.refusal)
       }
       // Reactivating is one more active subscription: the limit holds here as at creation.
       const activates = parsed.data.active === true && !subscription.active
