@@ -15,14 +15,17 @@ import { api, execute, fiatBody, opened, startEmulator, waitFor } from './helper
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 
-/** Runs the emulator's command line as a child process; resolves when it exits. */
+/** The emulator's command line as a child process. */
+function spawnCli(args: string[]) {
+  return spawn(process.execPath, ['--import=@poppinss/ts-exec', 'src/emulator/cli.ts', ...args], {
+    cwd: ROOT,
+  })
+}
+
+/** Runs the emulator's command line; resolves when it exits. */
 function runCli(args: string[]) {
   return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    const child = spawn(
-      process.execPath,
-      ['--import=@poppinss/ts-exec', 'src/emulator/cli.ts', ...args],
-      { cwd: ROOT }
-    )
+    const child = spawnCli(args)
     let stdout = ''
     let stderr = ''
     child.stdout.on('data', (chunk) => (stdout += chunk))
@@ -34,11 +37,7 @@ function runCli(args: string[]) {
 /** Starts the command line, returns its banner once printed, then stops it with SIGTERM. */
 function bannerOf(args: string[]) {
   return new Promise<string>((resolve, reject) => {
-    const child = spawn(
-      process.execPath,
-      ['--import=@poppinss/ts-exec', 'src/emulator/cli.ts', ...args],
-      { cwd: ROOT }
-    )
+    const child = spawnCli(args)
     let stdout = ''
     let stderr = ''
     child.stderr.on('data', (chunk) => (stderr += chunk))
@@ -56,6 +55,23 @@ function bannerOf(args: string[]) {
 /** The banner without its URLs (port 0 picks a new port each start). */
 const withoutUrls = (banner: string) => banner.replace(/(http|ws):\/\/\S+/g, 'URL')
 
+/** A socket authenticated with `key`: the messages it receives and its close code. */
+async function authenticatedSocket(
+  cleanup: (fn: () => Promise<void>) => void,
+  emu: { wsUrl: string },
+  key: string
+) {
+  const socket = new WebSocket(emu.wsUrl)
+  cleanup(async () => socket.close())
+  const seen = { messages: [] as any[], closed: null as number | null }
+  socket.addEventListener('message', (e) => seen.messages.push(JSON.parse(String(e.data))))
+  socket.addEventListener('close', (e) => (seen.closed = e.code))
+  await opened(socket)
+  socket.send(JSON.stringify({ type: 'auth', apiKey: key }))
+  await waitFor(() => seen.messages.length > 0)
+  return seen
+}
+
 test.group('Emulator | Key revocation reaches open sockets', () => {
   test('Authentication 8: revoking a key closes its authenticated socket with 4001 and its requests get 401', async ({
     assert,
@@ -63,27 +79,19 @@ test.group('Emulator | Key revocation reaches open sockets', () => {
   }) => {
     const emu = await startEmulator(cleanup)
     const key = emu.admin.issueKey()
-    const socket = new WebSocket(emu.wsUrl)
-    cleanup(async () => socket.close())
-    const messages: any[] = []
-    let closed: number | null = null
-    socket.addEventListener('message', (e) => messages.push(JSON.parse(String(e.data))))
-    socket.addEventListener('close', (e) => (closed = e.code))
-    await opened(socket)
-    socket.send(JSON.stringify({ type: 'auth', apiKey: key }))
-    await waitFor(() => messages.length > 0)
-    assert.deepEqual(messages[0], { type: 'auth.ok' })
+    const socket = await authenticatedSocket(cleanup, emu, key)
+    assert.deepEqual(socket.messages[0], { type: 'auth.ok' })
 
     const revoked = await api(emu, 'POST', '/__emulator/keys/revoke', {
       key: null,
       body: { apiKey: key },
     })
     assert.equal(revoked.status, 200)
-    await waitFor(() => closed !== null)
-    assert.equal(closed, 4001)
+    await waitFor(() => socket.closed !== null)
+    assert.equal(socket.closed, 4001)
     assert.equal((await api(emu, 'GET', '/payouts', { key })).status, 401)
     await execute(emu, fiatBody(emu))
-    assert.lengthOf(messages, 1, 'no event after the revocation')
+    assert.lengthOf(socket.messages, 1, 'no event after the revocation')
     assert.equal(emu.admin.authenticatedSockets, 0)
   })
 
@@ -93,19 +101,11 @@ test.group('Emulator | Key revocation reaches open sockets', () => {
   }) => {
     const emu = await startEmulator(cleanup)
     const key = emu.admin.issueKey()
-    const socket = new WebSocket(emu.wsUrl)
-    cleanup(async () => socket.close())
-    let closed: number | null = null
-    let events = 0
-    socket.addEventListener('message', () => events++)
-    socket.addEventListener('close', (e) => (closed = e.code))
-    await opened(socket)
-    socket.send(JSON.stringify({ type: 'auth', apiKey: key }))
-    await waitFor(() => events > 0)
+    const socket = await authenticatedSocket(cleanup, emu, key)
     emu.admin.rotateKey(key)
     await emu.admin.advance(7 * 24 * 3600 * 1000 + 1000)
-    await waitFor(() => closed !== null)
-    assert.equal(closed, 4001)
+    await waitFor(() => socket.closed !== null)
+    assert.equal(socket.closed, 4001)
   })
 })
 
