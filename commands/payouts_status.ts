@@ -1,13 +1,16 @@
 import { PayoutsCommand } from '../src/commands/payouts_command.ts'
+import type { PayoutsHealthReport, Verdict } from '../src/service/health.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
 
-type Result = Awaited<ReturnType<PayoutsService['health']>>
-
-/** The health of the integration, for an operator at 3 a.m. */
-export default class PayoutsStatus extends PayoutsCommand<Result> {
+/**
+ * The health of the integration, for an operator at 3 a.m.: the report the AdonisJS
+ * health check gives, one line per check with its verdict. Exits 1 when a line is an
+ * error, and says which.
+ */
+export default class PayoutsStatus extends PayoutsCommand<PayoutsHealthReport> {
   static commandName = 'payouts:status'
   static description =
-    'Key environment, last event, inbox backlog, dead letters, unknown intents, failed escrow, stuck payouts'
+    'Service reachability, inbox backlog and age, dead letters, unknown intents, failed escrow, stuck payouts, last event; exits 1 on an error'
 
   protected failure = 'Could not read the status'
 
@@ -15,14 +18,25 @@ export default class PayoutsStatus extends PayoutsCommand<Result> {
     return payouts.health()
   }
 
-  protected failed(health: Result) {
-    return health.deadLetters > 0 || health.unknownIntents > 0 || health.escrowFailed > 0
+  protected failed(report: PayoutsHealthReport) {
+    return report.status === 'error'
   }
 
-  protected print(health: Result) {
+  protected print(report: PayoutsHealthReport) {
+    const colors = this.colors
+    const paint: Record<Verdict, (text: string) => string> = {
+      ok: (text) => colors.green(text),
+      warning: (text) => colors.yellow(text),
+      error: (text) => colors.red(text),
+    }
+    this.logger.log(`Environment: ${report.environment}, events from: ${report.eventSources}`)
     const table = this.ui.table()
-    table.head(['Check', 'Value'])
-    for (const [key, value] of Object.entries(health)) table.row([key, String(value ?? '-')])
+    table.head(['Check', 'Verdict', 'Value', 'Details'])
+    for (const [name, line] of Object.entries(report.checks)) {
+      table.row([name, paint[line.status](line.status), String(line.value ?? '-'), line.message])
+    }
     table.render()
+    if (report.status === 'error') this.logger.error(`payouts:status failed: ${report.message}`)
+    else if (report.status === 'warning') this.logger.warning(report.message)
   }
 }

@@ -16,6 +16,26 @@ const retrySchema = z
   })
   .prefault({})
 
+/**
+ * When a health line turns to warning, then error: once its value reaches the number.
+ * `null` never turns it.
+ */
+const threshold = (defaults: { warning?: number; error?: number }) =>
+  z
+    .object({
+      warning: z
+        .number()
+        .min(0)
+        .nullable()
+        .default(defaults.warning ?? null),
+      error: z
+        .number()
+        .min(0)
+        .nullable()
+        .default(defaults.error ?? null),
+    })
+    .prefault({})
+
 /** The shape `config/payouts.ts` is validated against at boot. */
 export const payoutsConfigSchema = z.object({
   apiKey: z
@@ -151,6 +171,34 @@ export const payoutsConfigSchema = z.object({
        * connection dropped, so a connection that stops answering cannot stall the plugin.
        */
       transactionTimeoutMs: z.number().int().positive().default(30_000),
+    })
+    .prefault({}),
+  /** What the health check and `payouts:status` report as warning or error. */
+  health: z
+    .object({
+      /** Inbox rows not processed yet. */
+      inboxBacklog: threshold({ warning: 100, error: 1000 }),
+      /** Age in ms of the oldest inbox row not processed yet. */
+      oldestPendingMs: threshold({ warning: 5 * 60_000, error: 30 * 60_000 }),
+      /** Inbox rows given up on. */
+      deadLetters: threshold({ error: 1 }),
+      /** Execution intents whose outcome is unknown or that wait for a human. */
+      unknownIntents: threshold({ error: 1 }),
+      /** Escrow deposits whose confirmation failed past its attempts. */
+      escrowFailed: threshold({ error: 1 }),
+      /** Non-terminal payouts older than `jobs.stuckAfterMs`. */
+      stuckPayouts: threshold({ warning: 1 }),
+      /** Ms since the inbox last stored an event (never reported before the first one). */
+      sinceLastEventMs: threshold({}),
+      /** The cheap read that tells whether the service answers with this key. */
+      reachability: z
+        .object({
+          /** One attempt, no retry; past it the service counts as unreachable. */
+          timeoutMs: z.number().int().positive().default(2000),
+          /** How long an answer is reused before the service is asked again. */
+          cacheForMs: z.number().int().min(0).default(30_000),
+        })
+        .prefault({}),
     })
     .prefault({}),
 })

@@ -28,6 +28,7 @@ export class PayoutsService {
   #parts?: Promise<ServiceParts>
   #notifier: PayoutsNotifier
   #background: BackgroundWork
+  #reachability?: import('../health/reachability.ts').Reachability
 
   constructor(config: PayoutsConfig, deps: PayoutsServiceDeps) {
     this.config = config
@@ -234,11 +235,21 @@ export class PayoutsService {
     }
   }
 
-  /** Counts an operator needs: see `payouts:status`. */
+  /**
+   * The health report (ledger counts and ages, service reachability) that `payouts:status`
+   * prints and `PayoutsCheck` gives AdonisJS health checks.
+   */
   async health() {
-    const { db } = await this.parts()
     const { readHealth } = await import('./health.ts')
-    return readHealth(db, this.config, this.client.environment)
+    const { Reachability } = await import('../health/reachability.ts')
+    const ledger = this.config.ledger.enabled && this.#deps.database ? await this.parts() : null
+    this.#reachability ??= Reachability.of(this.config, this.#deps.logger)
+    return readHealth({
+      config: this.config,
+      environment: this.client.environment,
+      db: ledger?.db ?? null,
+      reachability: this.#reachability,
+    })
   }
 
   /** Processes every due inbox row now (tests, commands, the retry timer). */
@@ -265,5 +276,6 @@ export class PayoutsService {
     }
     await this.#client?.close()
     this.#client = undefined
+    await this.#reachability?.close()
   }
 }

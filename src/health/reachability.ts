@@ -1,0 +1,91 @@
+import type { PayoutsClient } from '../client/payouts_client.ts'
+import { PayoutsApiError, PayoutsTimeoutError } from '../client/errors.ts'
+import type { PayoutsConfig } from '../define_config.ts'
+import type { HealthLine } from '../service/health.ts'
+import { createClient } from '../service/wiring.ts'
+import type { Logger } from '@adonisjs/core/logger'
+
+/** The reachability line: whether the service answered, and whether the answer is reused. */
+export interface ReachabilityLine extends HealthLine {
+  /** The base URL asked. */
+  baseUrl: string
+  /** True when the answer is a cached one (see `health.reachability.cacheForMs`). */
+  cached: boolean
+  /** When the service was last asked, ISO. */
+  checkedAt: string
+}
+
+/**
+ * Asks the service one cheap authenticated read (`GET /payouts?limit=1`) with a short
+ * timeout and no retry, and reuses the answer for `health.reachability.cacheForMs`, so a
+ * monitor polling the health endpoint does not poll the service as often.
+ */
+export class Reachability {
+  #config: Pick<PayoutsConfig, 'baseUrl' | 'health'>
+  #client: () => PayoutsClient
+  #probe?: PayoutsClient
+  #last?: { at: number; line: ReachabilityLine }
+  #inFlight?: Promise<ReachabilityLine>
+
+  /** `client` builds the probe client (one attempt, the short timeout) on first use. */
+  constructor(config: Pick<PayoutsConfig, 'baseUrl' | 'health'>, client: () => PayoutsClient) {
+    this.#config = config
+    this.#client = client
+  }
+
+  /** The cached answer while fresh; otherwise asks the service (once for concurrent callers). */
+  async read(): Promise<ReachabilityLine> {
+    const { cacheForMs } = this.#config.health.reachability
+    if (this.#last && Date.now() - this.#last.at < cacheForMs) {
+      return { ...this.#last.line, cached: true }
+    }
+    this.#inFlight ??= this.#ask().finally(() => (this.#inFlight = undefined))
+    return this.#inFlight
+  }
+
+  async #ask(): Promise<ReachabilityLine> {
+    const at = Date.now()
+    const { baseUrl } = this.#config
+    const { timeoutMs } = this.#config.health.reachability
+    const base = { baseUrl, cached: false, checkedAt: new Date(at).toISOString() }
+    let line: ReachabilityLine
+    try {
+      this.#probe ??= this.#client()
+      await this.#probe.listPayouts({ limit: 1 })
+      const ms = Date.now() - at
+      line = { ...base, status: 'ok', value: ms, message: `${baseUrl} answered in ${ms} ms` }
+    } catch (error) {
+      const message =
+        error instanceof PayoutsTimeoutError
+          ? `${baseUrl} unreachable: no answer within ${timeoutMs} ms`
+          : error instanceof PayoutsApiError && error.status > 0
+            ? `${baseUrl} refused the read: ${error.message}`
+            : `${baseUrl} unreachable: ${(error as Error).message}`
+      line = { ...base, status: 'error', value: null, message }
+    }
+    this.#last = { at, line }
+    return line
+  }
+
+  /** Reachability through a probe client of its own: one attempt, the short timeout. */
+  static of(config: PayoutsConfig, logger: Logger) {
+    const { timeoutMs } = config.health.reachability
+    return new Reachability(config, () =>
+      createClient(
+        {
+          ...config,
+          timeoutMs,
+          retry: { ...config.retry, maxRetries: 0 },
+          clientRateLimiter: false,
+        },
+        logger
+      )
+    )
+  }
+
+  /** Closes the probe client's sockets. */
+  async close() {
+    await this.#probe?.close()
+    this.#probe = undefined
+  }
+}
