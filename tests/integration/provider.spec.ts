@@ -151,7 +151,9 @@ test.group(`Provider | errors a host app lets through (${TEST_DB})`, () => {
     assert.equal(emu.state.idempotency.size, 0, 'nothing reached the service')
 
     // Nothing that may have gone out: health, payouts:status and recovery have nothing to say.
-    assert.deepInclude(await http.payouts.health(), { unknownIntents: 0 })
+    assert.deepInclude(await http.payouts.health().then((h) => h.checks.unknownIntents), {
+      value: 0,
+    })
     const ace = await http.app.container.make('ace')
     ace.ui.switchMode('raw')
     const status = await ace.create(PayoutsStatus, ['--json'])

@@ -191,13 +191,13 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
   }) => {
     const { emu, app, payouts, result, confirmRequests } = await setupWrongDeposit(cleanup)
     assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 1, failed: 1 })
-    assert.deepInclude(await payouts.health(), { escrowFailed: 1 })
+    assert.deepInclude(await payouts.health().then((h) => h.checks.escrowFailed), { value: 1 })
     // The real deposit arrives and the service sees it; a poll shows the payout moving.
     emu.admin.simulateDeposit({ quoteId: result.quoteId })
     await emu.admin.advance(60_000)
     await payouts.reconcile({ staleAfterMs: 0 })
     assert.equal((await EscrowDeposit.findByOrFail('quoteId', result.quoteId)).state, 'confirmed')
-    assert.deepInclude(await payouts.health(), { escrowFailed: 0 })
+    assert.deepInclude(await payouts.health().then((h) => h.checks.escrowFailed), { value: 0 })
     const names = app.events.map((e) => e.name).filter((name) => name.startsWith('payouts:escrow'))
     assert.deepEqual(names, ['payouts:escrow_confirmation_failed', 'payouts:escrow_confirmed'])
     assert.equal(confirmRequests(), 1)
@@ -329,7 +329,7 @@ test.group(`Jobs | escrow fallback, a 500 whatever its body (${TEST_DB})`, () =>
       assert.lengthOf(wire(), 9)
       assert.lengthOf(events('payouts:escrow_confirmation_failed'), 1)
       assert.lengthOf(events('payouts:escrow_confirmed'), 0)
-      assert.deepInclude(await payouts.health(), { escrowFailed: 1 })
+      assert.deepInclude(await payouts.health().then((h) => h.checks.escrowFailed), { value: 1 })
     })
 
   test('{name}: a deposit the service detected meanwhile is confirmed locally, without an alert')
