@@ -8,6 +8,8 @@ import { dbDate } from '../../src/database/dates.ts'
 import { PayoutsEmulator } from '../../src/emulator/main.ts'
 import { PayoutsCheck } from '../../src/health/main.ts'
 import { signPayload } from '../../src/signature/main.ts'
+import { startEmulator } from '../emulator/helpers.ts'
+import { createApp } from '../helpers/app.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startAppOnEmulator, startHttpApp, type HttpApp } from '../helpers/http_app.ts'
 
@@ -205,6 +207,15 @@ test.group(`Health check (${TEST_DB})`, () => {
     assert.equal(check.status, 'error')
     assert.equal(check.meta!.checks.reachability.status, 'error')
     assert.include(check.message, `${emu.baseUrl} unreachable`)
+  })
+
+  test('an app without the ledger reports reachability alone', async ({ assert, cleanup }) => {
+    const emu = await startEmulator(cleanup, { rateLimits: false })
+    const app = await createApp({ apiKey: emu.apiKey, baseUrl: emu.baseUrl }, cleanup)
+    const payouts = await app.container.make('payouts.manager')
+    const { check } = await runChecks(new PayoutsCheck(payouts))
+    assert.equal(check.status, 'ok')
+    assert.deepEqual(Object.keys(check.meta!.checks), ['reachability'])
   })
 
   test('a service slower than the timeout is an error, after one attempt', async ({
