@@ -18,8 +18,9 @@ export default class PayoutsStatus extends PayoutsCommand<PayoutsHealthReport> {
     return payouts.health()
   }
 
+  /** Any line that is not ok needs an operator: exit 1, with the reasons printed. */
   protected failed(report: PayoutsHealthReport) {
-    return report.status === 'error'
+    return report.status !== 'ok'
   }
 
   protected print(report: PayoutsHealthReport) {
@@ -36,7 +37,7 @@ export default class PayoutsStatus extends PayoutsCommand<PayoutsHealthReport> {
       table.row([name, paint[line.status](line.status), String(line.value ?? '-'), line.message])
     }
     table.render()
-    if (report.status === 'error') this.logger.error(`payouts:status failed: ${report.message}`)
-    else if (report.status === 'warning') this.logger.warning(report.message)
+    if (report.status !== 'ok')
+      this.logger.error(`payouts:status ${report.status}: ${report.message}`)
   }
 }

@@ -173,7 +173,11 @@ export const payoutsConfigSchema = z.object({
       transactionTimeoutMs: z.number().int().positive().default(30_000),
     })
     .prefault({}),
-  /** What the health check and `payouts:status` report as warning or error. */
+  /**
+   * What the health check and `payouts:status` report as warning or error. An error makes
+   * the host's health route answer 503 (a load balancer takes the instance out), so it is
+   * kept for what this instance cannot work through; what needs a human is a warning.
+   */
   health: z
     .object({
       /** Inbox rows not processed yet. */
@@ -181,11 +185,11 @@ export const payoutsConfigSchema = z.object({
       /** Age in ms of the oldest inbox row not processed yet. */
       oldestPendingMs: threshold({ warning: 5 * 60_000, error: 30 * 60_000 }),
       /** Inbox rows given up on. */
-      deadLetters: threshold({ error: 1 }),
+      deadLetters: threshold({ warning: 1 }),
       /** Execution intents whose outcome is unknown or that wait for a human. */
-      unknownIntents: threshold({ error: 1 }),
+      unknownIntents: threshold({ warning: 1 }),
       /** Escrow deposits whose confirmation failed past its attempts. */
-      escrowFailed: threshold({ error: 1 }),
+      escrowFailed: threshold({ warning: 1 }),
       /** Non-terminal payouts older than `jobs.stuckAfterMs`. */
       stuckPayouts: threshold({ warning: 1 }),
       /** Ms since the inbox last stored an event (never reported before the first one). */
