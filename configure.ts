@@ -49,6 +49,15 @@ async function exceptFromCsrf(command: Configure, project: any): Promise<boolean
  */
 export async function configure(command: Configure) {
   let baseUrl = command.parsedFlags['base-url'] as string | undefined
+  // Without a terminal (CI, Docker builds, `</dev/null`) a prompt would read nothing.
+  const missing = baseUrl === undefined ? ['--base-url'] : []
+  if (missing.length > 0 && !process.stdin.isTTY) {
+    command.logger.error(
+      `No terminal to ask on: pass ${missing.join(', ')} (e.g. --base-url=${SANDBOX_DEFAULT_URL}); nothing was written`
+    )
+    command.exitCode = 1
+    return
+  }
   if (baseUrl === undefined) {
     baseUrl = await command.prompt.ask('Base URL of the Payout Service (the emulator by default)', {
       default: SANDBOX_DEFAULT_URL,
