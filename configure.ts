@@ -138,7 +138,7 @@ export async function configure(command: Configure) {
   await codemods.defineEnvValidations({
     leadingComment: 'Variables for configuring @svc/adonis-payouts',
     variables: {
-      PAYOUTS_API_KEY: 'Env.schema.string()',
+      PAYOUTS_API_KEY: 'Env.schema.string.optional()',
       PAYOUTS_BASE_URL: 'Env.schema.string({ format: "url", tld: false })',
       PAYOUTS_WEBHOOK_SECRET: 'Env.schema.string.optional()',
       PAYOUTS_REDIS_URL: 'Env.schema.string.optional()',

@@ -3,6 +3,7 @@ import type { EmitterService } from '@adonisjs/core/types'
 import type { Database } from '@adonisjs/lucid/database'
 import { PayoutsClient } from '../client/main.ts'
 import type { PayoutsConfig } from '../define_config.ts'
+import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
 import type { EscrowFallback } from '../jobs/escrow_fallback.ts'
 import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
 import type { Reconciler } from '../jobs/reconciler.ts'
@@ -41,8 +42,12 @@ export interface ServiceParts {
   processor: InboxProcessor
 }
 
-/** The framework-free API client, configured from the plugin's config and logging to the app. */
+/**
+ * The framework-free API client, configured from the plugin's config and logging to the app.
+ * Without a key (none issued yet) it throws E_PAYOUTS_API_KEY_MISSING.
+ */
 export function createClient(config: PayoutsConfig, logger: Logger): PayoutsClient {
+  if (!config.apiKey) throw new E_PAYOUTS_API_KEY_MISSING()
   return new PayoutsClient({
     apiKey: config.apiKey,
     baseUrl: config.baseUrl,

@@ -104,7 +104,7 @@ test.group('Configure', (group) => {
       `dropPayoutsTables(this.schema, 'svc_')`,
     ])
     await assert.fileContains('start/env.ts', [
-      'PAYOUTS_API_KEY: Env.schema.string()',
+      'PAYOUTS_API_KEY: Env.schema.string.optional()',
       'PAYOUTS_WEBHOOK_SECRET: Env.schema.string.optional()',
       'PAYOUTS_REDIS_URL: Env.schema.string.optional()',
     ])
@@ -201,6 +201,26 @@ test.group('Configure', (group) => {
     command.assertFailed()
     command.assertLogMatches(/No terminal to ask on: pass --base-url/)
     await assert.fileNotExists('config/payouts.ts')
+  })
+
+  test('without --api-key the app still boots its env: the key is optional until issued', async ({
+    assert,
+    fs,
+  }) => {
+    const { ace } = await setupScratchApp(fs)
+    await fs.create(
+      '.env',
+      'NODE_ENV=test\nPORT=3333\nHOST=127.0.0.1\nAPP_KEY=averylongrandomsecretkey32chars!\n'
+    )
+    const command = await ace.create(Configure, ARGS)
+    await command.exec()
+    command.assertSucceeded()
+    await assert.fileContains('.env', /^PAYOUTS_API_KEY=$/m)
+    // start/env.ts as `node ace list` or `node ace migration:run` would load it.
+    const envFile = new URL(`start/env.ts?no_key=${Date.now()}`, BASE_URL)
+    const { default: env } = await import(envFile.href)
+    assert.isUndefined(env.get('PAYOUTS_API_KEY'))
+    assert.equal(env.get('PAYOUTS_BASE_URL'), BASE)
   })
 
   test('a malformed --api-key fails before anything is written', async ({ assert, fs }) => {
