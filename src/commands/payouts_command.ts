@@ -1,6 +1,7 @@
 import { BaseCommand, flags } from '@adonisjs/core/ace'
 import type { CommandOptions } from '@adonisjs/core/types/ace'
 import { PayoutsNetworkError, PayoutsTimeoutError } from '../client/errors.ts'
+import { clientRetries, type ClientRetry } from '../service/client_retries.ts'
 import type { PayoutsService } from '../service/payouts_service.ts'
 
 /**
@@ -48,6 +49,8 @@ export abstract class PayoutsCommand<Result> extends BaseCommand {
       return
     }
     const payouts = await this.app.container.make('payouts.manager')
+    const announce = (retry: unknown) => this.#announceRetry(retry as ClientRetry)
+    clientRetries.subscribe(announce)
     try {
       const result = await this.perform(payouts)
       if (this.failed(result)) this.exitCode = 1
@@ -56,7 +59,17 @@ export abstract class PayoutsCommand<Result> extends BaseCommand {
     } catch (error) {
       this.#reportError(describeError(error, payouts.config.baseUrl), this.failure)
       this.exitCode = 1
+    } finally {
+      clientRetries.unsubscribe(announce)
     }
+  }
+
+  /** One line on stderr per retry: a slow command shows what it waits for. */
+  #announceRetry({ method, path, attempt, waitMs, code }: ClientRetry) {
+    const after = code ? ` after ${code}` : ''
+    this.logger.logError(
+      `Retrying ${method} ${path}${after} (retry ${attempt}, in ${Math.round(waitMs)} ms)`
+    )
   }
 
   #reportError(error: CommandError, failure?: string) {

@@ -13,6 +13,7 @@ import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
 import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
 import type { InboxStore } from '../webhooks/inbox_store.ts'
 import type { SecretCipher, SecretStore } from '../webhooks/secret_store.ts'
+import { clientRetries } from './client_retries.ts'
 import type { PayoutsNotifier } from './notifier.ts'
 
 /** What the service needs from the host app; all resolved lazily. */
@@ -58,7 +59,12 @@ export function createClient(config: PayoutsConfig, logger: Logger): PayoutsClie
     paths: config.paths,
     allowInsecureLoopbackWebhooks: config.allowInsecureLoopbackWebhooks,
     logger: {
-      debug: (obj, msg) => logger.debug(obj, msg),
+      debug: (obj, msg) => {
+        logger.debug(obj, msg)
+        if (msg === 'payouts request retry' && clientRetries.hasSubscribers) {
+          clientRetries.publish(obj)
+        }
+      },
       warn: (obj, msg) => logger.warn(obj, msg),
     },
   })

@@ -73,7 +73,7 @@ test.group(`Commands refuse bad input (${TEST_DB})`, () => {
     assert.equal(emu.webhooks.subscriptions.size, 2)
   })
 
-  test('a command that cannot reach the service names its base URL, as JSON with --json', async ({
+  test('a command that cannot reach the service says it retries, then names its base URL, as JSON with --json', async ({
     assert,
     cleanup,
   }) => {
@@ -82,6 +82,10 @@ test.group(`Commands refuse bad input (${TEST_DB})`, () => {
     const { run } = await setup(cleanup, { baseUrl, retry: { maxRetries: 1, baseDelayMs: 1 } })
     const failed = await run(PayoutsCoverage, ['--json'])
     failed.assertFailed()
+    // The retry is announced on stderr, before the error.
+    const logs = failed.logger.getLogs() as Array<{ message: string; stream: string }>
+    const retry = logs.find((log) => /Retrying GET \S+ after \S+ \(retry 1/.test(log.message))
+    assert.equal(retry?.stream, 'stderr')
     const { error } = jsonOf(failed)
     assert.equal(error.baseUrl, baseUrl)
     assert.include(error.message, `could not reach the Payout Service at ${baseUrl}`)
