@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import { test } from '@japa/runner'
 import { request } from 'undici'
 import PayoutsCoverage from '../../commands/payouts_coverage.ts'
+import PayoutsDeliveries from '../../commands/payouts_deliveries.ts'
 import PayoutsReplay from '../../commands/payouts_replay.ts'
 import PayoutsWebhooksCreate from '../../commands/payouts_webhooks_create.ts'
 import { signPayload } from '../../src/signature/main.ts'
@@ -9,8 +10,11 @@ import { TEST_DB } from '../helpers/database.ts'
 import { jsonOf, setup } from './helpers.ts'
 
 /** Stores one authentic delivery under `deliveryId` and processes the inbox. */
-async function storeDelivery(app: { url: string; payouts: any }, deliveryId: string) {
-  const raw = JSON.stringify({ type: 'payout.created', data: { payoutId: randomUUID() } })
+async function storeDelivery(
+  app: { url: string; payouts: any },
+  deliveryId: string,
+  raw = JSON.stringify({ type: 'payout.created', data: { payoutId: randomUUID() } })
+) {
   const response = await request(`${app.url}/webhooks/payouts`, {
     method: 'POST',
     body: raw,
@@ -89,5 +93,33 @@ test.group(`Commands refuse bad input (${TEST_DB})`, () => {
     const { error } = jsonOf(failed)
     assert.equal(error.baseUrl, baseUrl)
     assert.include(error.message, `could not reach the Payout Service at ${baseUrl}`)
+  })
+
+  test('payouts:deliveries lists stored deliveries by state with their last error; bad input is refused', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { app, run } = await setup(cleanup)
+    await storeDelivery(app, 'dlv_fine')
+    // Authentic but unparsable: dead-lettered with the parse error as its last error.
+    await storeDelivery(app, 'dlv_broken', '{"type":"payout.created",')
+
+    const dead = await run(PayoutsDeliveries, ['--json'])
+    dead.assertSucceeded()
+    const [row, ...others] = jsonOf(dead)
+    assert.lengthOf(others, 0, 'processed rows are left out by default')
+    assert.deepInclude(row, { deliveryId: 'dlv_broken', eventType: 'unknown', state: 'dead' })
+    assert.isNotEmpty(row.lastError)
+
+    const processed = await run(PayoutsDeliveries, ['--state=processed'])
+    processed.assertSucceeded()
+    processed.assertLogMatches(/dlv_fine/)
+
+    const unknown = await run(PayoutsDeliveries, ['--state=broken'])
+    unknown.assertFailed()
+    unknown.assertLogMatches(/Unknown state "broken"/)
+    const limit = await run(PayoutsDeliveries, ['--limit=0'])
+    limit.assertFailed()
+    limit.assertLogMatches(/--limit must be a positive whole number/)
   })
 })
