@@ -7,11 +7,14 @@ type Result = Awaited<ReturnType<PayoutsService['replayInbox']>>
 const STATES = ['failed', 'dead', 'processed', 'pending'] as const
 type ReplayState = (typeof STATES)[number]
 
-/** Re-runs stored inbox deliveries through the pipeline. */
+/**
+ * Re-runs deliveries stored in this app's inbox through the pipeline (the service is not
+ * asked; `payouts:webhooks:redeliver` asks it to send again).
+ */
 export default class PayoutsReplay extends PayoutsCommand<Result> {
   static commandName = 'payouts:replay'
   static description =
-    'Re-run stored webhook/WebSocket deliveries from the inbox (by id, state or time window)'
+    'Re-run deliveries stored in this app (the local inbox; ids from payouts:deliveries) by id, state or time window'
 
   @flags.array({ description: 'Svc-Delivery-Id values to replay' })
   declare id?: string[]

@@ -3,7 +3,6 @@ import { test } from '@japa/runner'
 import { request } from 'undici'
 import PayoutsConfirmEscrow from '../../commands/payouts_confirm_escrow.ts'
 import PayoutsCoverage from '../../commands/payouts_coverage.ts'
-import PayoutsDeliveriesReplay from '../../commands/payouts_deliveries_replay.ts'
 import PayoutsReconcile from '../../commands/payouts_reconcile.ts'
 import PayoutsRecipientsSync from '../../commands/payouts_recipients_sync.ts'
 import PayoutsRecover from '../../commands/payouts_recover.ts'
@@ -11,6 +10,7 @@ import PayoutsReplay from '../../commands/payouts_replay.ts'
 import PayoutsStatus from '../../commands/payouts_status.ts'
 import PayoutsWebhooksCreate from '../../commands/payouts_webhooks_create.ts'
 import PayoutsWebhooksDelete from '../../commands/payouts_webhooks_delete.ts'
+import PayoutsWebhooksRedeliver from '../../commands/payouts_webhooks_redeliver.ts'
 import PayoutsWebhooksList from '../../commands/payouts_webhooks_list.ts'
 import PayoutsWebhooksRotateSecret from '../../commands/payouts_webhooks_rotate_secret.ts'
 import { DateTime } from 'luxon'
@@ -241,14 +241,14 @@ test.group(`Commands (${TEST_DB})`, () => {
     })
   })
 
-  test('payouts:deliveries:replay and payouts:recipients:sync', async ({ assert, cleanup }) => {
+  test('payouts:webhooks:redeliver and payouts:recipients:sync', async ({ assert, cleanup }) => {
     const { run, emu } = await setup(cleanup)
     emu.admin.seedRecipient({ name: 'Remote' })
     const sync = await run(PayoutsRecipientsSync, ['--json'])
     sync.assertSucceeded()
     assert.deepEqual(jsonOf(sync), { created: 1, updated: 0, deleted: 0 })
-    const missing = await run(PayoutsDeliveriesReplay, ['dlv_missing'])
+    const missing = await run(PayoutsWebhooksRedeliver, ['dlv_missing'])
     missing.assertFailed()
-    missing.assertLogMatches(/Replay failed/)
+    missing.assertLogMatches(/Redelivery failed/)
   })
 })
