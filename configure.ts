@@ -49,6 +49,15 @@ async function exceptFromCsrf(command: Configure, project: any): Promise<boolean
  */
 export async function configure(command: Configure) {
   let baseUrl = command.parsedFlags['base-url'] as string | undefined
+  // Without a terminal (CI, Docker builds, `</dev/null`) a prompt would read nothing.
+  const missing = baseUrl === undefined ? ['--base-url'] : []
+  if (missing.length > 0 && !process.stdin.isTTY) {
+    command.logger.error(
+      `No terminal to ask on: pass ${missing.join(', ')} (e.g. --base-url=${SANDBOX_DEFAULT_URL}); nothing was written`
+    )
+    command.exitCode = 1
+    return
+  }
   if (baseUrl === undefined) {
     baseUrl = await command.prompt.ask('Base URL of the Payout Service (the emulator by default)', {
       default: SANDBOX_DEFAULT_URL,
@@ -129,7 +138,7 @@ export async function configure(command: Configure) {
   await codemods.defineEnvValidations({
     leadingComment: 'Variables for configuring @svc/adonis-payouts',
     variables: {
-      PAYOUTS_API_KEY: 'Env.schema.string()',
+      PAYOUTS_API_KEY: 'Env.schema.string.optional()',
       PAYOUTS_BASE_URL: 'Env.schema.string({ format: "url", tld: false })',
       PAYOUTS_WEBHOOK_SECRET: 'Env.schema.string.optional()',
       PAYOUTS_REDIS_URL: 'Env.schema.string.optional()',

@@ -19,14 +19,33 @@ export default class PayoutsWebhooksCreate extends PayoutsCommand<Result> {
   @flags.string({ description: 'A label for the subscription' })
   declare label?: string
 
+  @flags.boolean({ description: 'Subscribe even when an active subscription has this URL' })
+  declare force: boolean
+
   protected failure = 'Could not create the subscription'
 
-  protected perform(payouts: PayoutsService) {
+  protected async perform(payouts: PayoutsService) {
+    if (!this.force) await this.#refuseDuplicate(payouts)
     return payouts.webhooks.create({
       url: this.url,
       events: this.events as Array<'payout.created' | 'payout.status.updated'> | undefined,
       label: this.label,
     })
+  }
+
+  /** A second active subscription to one URL would deliver every event twice. */
+  async #refuseDuplicate(payouts: PayoutsService) {
+    if (!URL.canParse(this.url)) return
+    const href = new URL(this.url).href
+    const subscriptions = await payouts.client.webhooks.subscriptions.list()
+    const existing = subscriptions.find(
+      (s) => s.active !== false && URL.canParse(s.url) && new URL(s.url).href === href
+    )
+    if (existing) {
+      throw new Error(
+        `${existing.id} already delivers to ${existing.url}; a second subscription would deliver every event twice. Nothing created (--force subscribes anyway)`
+      )
+    }
   }
 
   protected print(subscription: Result) {

@@ -38,9 +38,17 @@ const threshold = (defaults: { warning?: number; error?: number }) =>
 
 /** The shape `config/payouts.ts` is validated against at boot. */
 export const payoutsConfigSchema = z.object({
+  /**
+   * Optional until the operator has issued one (migrations and `node ace list` still run);
+   * the client's first use without it fails naming PAYOUTS_API_KEY.
+   */
   apiKey: z
     .string()
-    .regex(API_KEY_PATTERN, 'must be sk_live_ or sk_test_ followed by 43 characters'),
+    .regex(
+      API_KEY_PATTERN,
+      'must be sk_live_ or sk_test_ followed by 43 characters (check PAYOUTS_API_KEY)'
+    )
+    .optional(),
   baseUrl: z.url(),
   environment: z.enum(['sandbox', 'production']).optional(),
   timeoutMs: z.number().int().positive().default(30_000),

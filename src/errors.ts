@@ -63,3 +63,13 @@ export const E_PAYOUTS_TIMEOUT = createError<[string, number]>(
   'E_PAYOUTS_TIMEOUT',
   503
 )
+
+/**
+ * The client was used while config/payouts.ts has no API key (none issued yet): the app
+ * boots and migrates without one, but nothing can reach the service.
+ */
+export const E_PAYOUTS_API_KEY_MISSING = createError(
+  'No Payout Service API key: set PAYOUTS_API_KEY (sk_test_... for the sandbox) in .env',
+  'E_PAYOUTS_API_KEY_MISSING',
+  500
+)

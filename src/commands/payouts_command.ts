@@ -1,5 +1,7 @@
 import { BaseCommand, flags } from '@adonisjs/core/ace'
 import type { CommandOptions } from '@adonisjs/core/types/ace'
+import { PayoutsNetworkError, PayoutsTimeoutError } from '../client/errors.ts'
+import { clientRetries, type ClientRetry } from '../service/client_retries.ts'
 import type { PayoutsService } from '../service/payouts_service.ts'
 
 /**
@@ -32,20 +34,65 @@ export abstract class PayoutsCommand<Result> extends BaseCommand {
     return true
   }
 
+  /**
+   * Says why the input is refused (one line, or `{"error":{...}}` with `--json`) and
+   * answers false, so `accepted` can `return this.refuse('...')`.
+   */
+  protected refuse(reason: string): false {
+    this.#reportError({ message: reason })
+    return false
+  }
+
   async run() {
     if (!(await this.accepted())) {
       this.exitCode = 1
       return
     }
     const payouts = await this.app.container.make('payouts.manager')
+    const announce = (retry: unknown) => this.#announceRetry(retry as ClientRetry)
+    clientRetries.subscribe(announce)
     try {
       const result = await this.perform(payouts)
       if (this.failed(result)) this.exitCode = 1
       if (this.json) this.logger.log(JSON.stringify(result))
       else this.print(result)
     } catch (error) {
-      this.logger.error(`${this.failure}: ${(error as Error).message}`)
+      this.#reportError(describeError(error, payouts.config.baseUrl), this.failure)
       this.exitCode = 1
+    } finally {
+      clientRetries.unsubscribe(announce)
     }
   }
+
+  /** One line on stderr per retry: a slow command shows what it waits for. */
+  #announceRetry({ method, path, attempt, waitMs, code }: ClientRetry) {
+    const after = code ? ` after ${code}` : ''
+    this.logger.logError(
+      `Retrying ${method} ${path}${after} (retry ${attempt}, in ${Math.round(waitMs)} ms)`
+    )
+  }
+
+  #reportError(error: CommandError, failure?: string) {
+    if (this.json) this.logger.log(JSON.stringify({ error: { ...error, failure } }))
+    else this.logger.error(failure ? `${failure}: ${error.message}` : error.message)
+  }
+}
+
+/** An error as a command reports it; `baseUrl` is set when the service could not be reached. */
+interface CommandError {
+  message: string
+  code?: string
+  baseUrl?: string
+}
+
+/** A network failure names the service's address, so a wrong URL or a down service shows. */
+function describeError(error: unknown, baseUrl: string): CommandError {
+  const { message, code } = error as { message: string; code?: unknown }
+  const described: CommandError = { message: String(message) }
+  if (typeof code === 'string') described.code = code
+  if (error instanceof PayoutsNetworkError || error instanceof PayoutsTimeoutError) {
+    described.baseUrl = baseUrl
+    described.message = `could not reach the Payout Service at ${baseUrl}: ${message}`
+  }
+  return described
 }

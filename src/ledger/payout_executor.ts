@@ -237,10 +237,9 @@ export class PayoutExecutor {
       )
       .orderBy('id', 'asc')
       .limit(options.limit ?? 100)
-    const deadline = this.#options.idempotencyWindowMs - this.#options.safetyMarginMs
     for (const intent of intents) {
       if (this.#sending.has(intent.id)) continue
-      if (now.diff(intent.createdAt).toMillis() > deadline) {
+      if (!this.insideWindow(intent, now)) {
         intent.state = 'needs_attention'
         await intent.save()
         summary.flagged++
@@ -257,5 +256,20 @@ export class PayoutExecutor {
       }
     }
     return summary
+  }
+
+  /** Whether the service still remembers the intent's key (with the safety margin). */
+  insideWindow(intent: ExecutionIntent, now = this.#options.now()): boolean {
+    const deadline = this.#options.idempotencyWindowMs - this.#options.safetyMarginMs
+    return now.diff(intent.createdAt).toMillis() <= deadline
+  }
+
+  /**
+   * Re-sends one intent with its original key at an operator's request (`payouts:intents
+   * --retry`). The caller checks its state and the window; one being sent is left alone.
+   */
+  async retry(intent: ExecutionIntent): Promise<ExecutedPayout | null> {
+    if (this.#sending.has(intent.id)) return null
+    return this.#send(intent)
   }
 }

@@ -1,6 +1,7 @@
 import type { Logger } from '@adonisjs/core/logger'
 import type { PayoutsConfig } from '../define_config.ts'
 import debug from '../debug.ts'
+import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
 import type { JobLocks } from '../jobs/locks.ts'
 import type { JobScheduler } from '../jobs/scheduler.ts'
 import type { PayoutsStream } from '../stream/payouts_stream.ts'
@@ -109,6 +110,7 @@ export class BackgroundWork {
     const { streamToInbox } = await import('./pipeline.ts')
     const { config, logger, catchUp } = this.#options
     const { inbox, processor } = await this.#options.parts()
+    if (!config.apiKey) throw new E_PAYOUTS_API_KEY_MISSING()
     this.#stream = new PayoutsStream({
       url,
       apiKey: config.apiKey,

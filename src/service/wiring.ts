@@ -3,6 +3,7 @@ import type { EmitterService } from '@adonisjs/core/types'
 import type { Database } from '@adonisjs/lucid/database'
 import { PayoutsClient } from '../client/main.ts'
 import type { PayoutsConfig } from '../define_config.ts'
+import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
 import type { EscrowFallback } from '../jobs/escrow_fallback.ts'
 import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
 import type { Reconciler } from '../jobs/reconciler.ts'
@@ -12,6 +13,7 @@ import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
 import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
 import type { InboxStore } from '../webhooks/inbox_store.ts'
 import type { SecretCipher, SecretStore } from '../webhooks/secret_store.ts'
+import { clientRetries } from './client_retries.ts'
 import type { PayoutsNotifier } from './notifier.ts'
 
 /** What the service needs from the host app; all resolved lazily. */
@@ -41,8 +43,12 @@ export interface ServiceParts {
   processor: InboxProcessor
 }
 
-/** The framework-free API client, configured from the plugin's config and logging to the app. */
+/**
+ * The framework-free API client, configured from the plugin's config and logging to the app.
+ * Without a key (none issued yet) it throws E_PAYOUTS_API_KEY_MISSING.
+ */
 export function createClient(config: PayoutsConfig, logger: Logger): PayoutsClient {
+  if (!config.apiKey) throw new E_PAYOUTS_API_KEY_MISSING()
   return new PayoutsClient({
     apiKey: config.apiKey,
     baseUrl: config.baseUrl,
@@ -53,7 +59,12 @@ export function createClient(config: PayoutsConfig, logger: Logger): PayoutsClie
     paths: config.paths,
     allowInsecureLoopbackWebhooks: config.allowInsecureLoopbackWebhooks,
     logger: {
-      debug: (obj, msg) => logger.debug(obj, msg),
+      debug: (obj, msg) => {
+        logger.debug(obj, msg)
+        if (msg === 'payouts request retry' && clientRetries.hasSubscribers) {
+          clientRetries.publish(obj)
+        }
+      },
       warn: (obj, msg) => logger.warn(obj, msg),
     },
   })

@@ -3,7 +3,6 @@ import { test } from '@japa/runner'
 import { request } from 'undici'
 import PayoutsConfirmEscrow from '../../commands/payouts_confirm_escrow.ts'
 import PayoutsCoverage from '../../commands/payouts_coverage.ts'
-import PayoutsDeliveriesReplay from '../../commands/payouts_deliveries_replay.ts'
 import PayoutsReconcile from '../../commands/payouts_reconcile.ts'
 import PayoutsRecipientsSync from '../../commands/payouts_recipients_sync.ts'
 import PayoutsRecover from '../../commands/payouts_recover.ts'
@@ -11,28 +10,14 @@ import PayoutsReplay from '../../commands/payouts_replay.ts'
 import PayoutsStatus from '../../commands/payouts_status.ts'
 import PayoutsWebhooksCreate from '../../commands/payouts_webhooks_create.ts'
 import PayoutsWebhooksDelete from '../../commands/payouts_webhooks_delete.ts'
+import PayoutsWebhooksRedeliver from '../../commands/payouts_webhooks_redeliver.ts'
 import PayoutsWebhooksList from '../../commands/payouts_webhooks_list.ts'
 import PayoutsWebhooksRotateSecret from '../../commands/payouts_webhooks_rotate_secret.ts'
 import { DateTime } from 'luxon'
 import { signPayload } from '../../src/signature/main.ts'
 import { executeBodies } from '../emulator/helpers.ts'
 import { TEST_DB } from '../helpers/database.ts'
-import { startAppOnEmulator } from '../helpers/http_app.ts'
-
-async function setup(cleanup: (fn: () => Promise<void>) => void) {
-  const { emu, app } = await startAppOnEmulator(cleanup, {
-    // One refused confirmation is the last: the command's failure shows in one run.
-    jobs: { escrowMaxAttempts: 1 },
-  })
-  const ace = await app.app.container.make('ace')
-  ace.ui.switchMode('raw')
-  const run = async (Command: any, args: string[] = []) => {
-    const command = await ace.create(Command, args)
-    await command.exec()
-    return command
-  }
-  return { emu, app, run }
-}
+import { jsonOf, setup } from './helpers.ts'
 
 /** POSTs a signed delivery to the app's webhook route; answers the status. */
 async function deliver(url: string, secret: string, raw?: string) {
@@ -48,17 +33,6 @@ async function deliver(url: string, secret: string, raw?: string) {
   })
   await response.body.dump()
   return response.statusCode
-}
-
-/** The JSON the command printed last (the raw-mode logger is shared by the kernel). */
-function jsonOf(command: any) {
-  const logs = command.logger.getLogs().map((log: any) => log.message as string)
-  for (const message of logs.toReversed()) {
-    try {
-      return JSON.parse(message)
-    } catch {}
-  }
-  throw new Error('the command printed no JSON')
 }
 
 /** Runs `fn` as if standard input were (or were not) a terminal. */
@@ -220,8 +194,9 @@ test.group(`Commands (${TEST_DB})`, () => {
     dead.assertFailed()
     assert.deepInclude(jsonOf(dead), { requeued: 1, failing: 1 })
 
-    const unforced = await run(PayoutsReplay, ['--id=dlv_ok', '--json'])
-    assert.deepInclude(jsonOf(unforced), { requeued: 0 })
+    const unforced = await run(PayoutsReplay, ['--id=dlv_ok'])
+    unforced.assertFailed()
+    unforced.assertLogMatches(/dlv_ok already processed; add --force/)
     const forced = await run(PayoutsReplay, ['--id=dlv_ok', '--force', '--json'])
     forced.assertSucceeded()
     assert.deepInclude(jsonOf(forced), { requeued: 1, failing: 0 })
@@ -264,14 +239,14 @@ test.group(`Commands (${TEST_DB})`, () => {
     assert.equal(report.checks.unknownIntents.value, 0)
   })
 
-  test('payouts:deliveries:replay and payouts:recipients:sync', async ({ assert, cleanup }) => {
+  test('payouts:webhooks:redeliver and payouts:recipients:sync', async ({ assert, cleanup }) => {
     const { run, emu } = await setup(cleanup)
     emu.admin.seedRecipient({ name: 'Remote' })
     const sync = await run(PayoutsRecipientsSync, ['--json'])
     sync.assertSucceeded()
     assert.deepEqual(jsonOf(sync), { created: 1, updated: 0, deleted: 0 })
-    const missing = await run(PayoutsDeliveriesReplay, ['dlv_missing'])
+    const missing = await run(PayoutsWebhooksRedeliver, ['dlv_missing'])
     missing.assertFailed()
-    missing.assertLogMatches(/Replay failed/)
+    missing.assertLogMatches(/Redelivery failed/)
   })
 })

@@ -6,7 +6,8 @@ import { BASE_URL } from '../helpers/app.ts'
 
 const FIXTURE = new URL('../fixtures/bare_app/', import.meta.url)
 const DEMO = new URL('../../examples/demo/', import.meta.url)
-const ARGS = ['../../index.ts', '--base-url=http://127.0.0.1:4010']
+const BASE = 'http://127.0.0.1:4010'
+const ARGS = ['../../index.ts', `--base-url=${BASE}`]
 
 const SHIELD_CONFIG = `import { defineConfig } from '@adonisjs/shield'
 
@@ -103,7 +104,7 @@ test.group('Configure', (group) => {
       `dropPayoutsTables(this.schema, 'svc_')`,
     ])
     await assert.fileContains('start/env.ts', [
-      'PAYOUTS_API_KEY: Env.schema.string()',
+      'PAYOUTS_API_KEY: Env.schema.string.optional()',
       'PAYOUTS_WEBHOOK_SECRET: Env.schema.string.optional()',
       'PAYOUTS_REDIS_URL: Env.schema.string.optional()',
     ])
@@ -179,6 +180,47 @@ test.group('Configure', (group) => {
     await command.exec()
     command.assertFailed()
     command.assertLogMatches(/"not a url" is not a valid URL/)
+  })
+
+  test('without a terminal and without --base-url it names the flag, exits 1 and writes nothing', async ({
+    assert,
+    fs,
+  }) => {
+    const { ace } = await setupScratchApp(fs)
+    const before = Object.getOwnPropertyDescriptor(process.stdin, 'isTTY')
+    Object.defineProperty(process.stdin, 'isTTY', { value: false, configurable: true })
+    const command = await ace.create(Configure, ['../../index.ts'])
+    // Were it asked anyway, the answer would let it run on (a failure here, not an exit).
+    command.prompt.trap('Base URL of the Payout Service (the emulator by default)').replyWith(BASE)
+    try {
+      await command.exec()
+    } finally {
+      if (before) Object.defineProperty(process.stdin, 'isTTY', before)
+      else delete (process.stdin as { isTTY?: boolean }).isTTY
+    }
+    command.assertFailed()
+    command.assertLogMatches(/No terminal to ask on: pass --base-url/)
+    await assert.fileNotExists('config/payouts.ts')
+  })
+
+  test('without --api-key the app still boots its env: the key is optional until issued', async ({
+    assert,
+    fs,
+  }) => {
+    const { ace } = await setupScratchApp(fs)
+    await fs.create(
+      '.env',
+      'NODE_ENV=test\nPORT=3333\nHOST=127.0.0.1\nAPP_KEY=averylongrandomsecretkey32chars!\n'
+    )
+    const command = await ace.create(Configure, ARGS)
+    await command.exec()
+    command.assertSucceeded()
+    await assert.fileContains('.env', /^PAYOUTS_API_KEY=$/m)
+    // start/env.ts as `node ace list` or `node ace migration:run` would load it.
+    const envFile = new URL(`start/env.ts?no_key=${Date.now()}`, BASE_URL)
+    const { default: env } = await import(envFile.href)
+    assert.isUndefined(env.get('PAYOUTS_API_KEY'))
+    assert.equal(env.get('PAYOUTS_BASE_URL'), BASE)
   })
 
   test('a malformed --api-key fails before anything is written', async ({ assert, fs }) => {

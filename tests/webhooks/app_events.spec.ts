@@ -239,7 +239,7 @@ test.group(`App events | a failing listener silences nothing (${TEST_DB})`, () =
       eventKey: `${id}:payouts:status_updated`,
     })
     assert.equal(failures[0].err.message, 'listener bug')
-    assert.notInclude(JSON.stringify(logs), service.config.apiKey)
+    assert.notInclude(JSON.stringify(logs), String(service.config.apiKey))
     // What fired is done: the outbox repeats nothing.
     assert.isNotNull((await change.refresh()).notifiedAt)
     assert.equal(await service.renotify({ olderThanMs: 0 }), 0)

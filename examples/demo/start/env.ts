@@ -33,7 +33,7 @@ export default await Env.create(new URL('../', import.meta.url), {
   | Variables for configuring @svc/adonis-payouts
   |----------------------------------------------------------
   */
-  PAYOUTS_API_KEY: Env.schema.string(),
+  PAYOUTS_API_KEY: Env.schema.string.optional(),
   PAYOUTS_BASE_URL: Env.schema.string({ format: "url", tld: false }),
   PAYOUTS_WEBHOOK_SECRET: Env.schema.string.optional(),
   PAYOUTS_REDIS_URL: Env.schema.string.optional()

@@ -1,0 +1,105 @@
+import { flags } from '@adonisjs/core/ace'
+import { PayoutsCommand } from '../src/commands/payouts_command.ts'
+import type { IntentView } from '../src/service/intents_desk.ts'
+import type { PayoutsService } from '../src/service/payouts_service.ts'
+
+const STATES = ['pending', 'unknown', 'needs_attention', 'refused', 'failed', 'succeeded']
+const RESOLUTIONS = ['sent', 'not-sent'] as const
+
+/**
+ * Execution intents for an operator: the ones whose outcome is unknown, that wait for a
+ * human or were refused; `--resolve` records a human's check, `--retry` re-sends one with
+ * its original key inside the service's replay window.
+ */
+export default class PayoutsIntents extends PayoutsCommand<IntentView[] | IntentView> {
+  static commandName = 'payouts:intents'
+  static description =
+    'List execution intents (unknown, needs attention, refused); --resolve <id> --as=sent|not-sent records a check, --retry <id> re-sends with the original key'
+
+  @flags.array({ description: `States to list (default: unknown, needs_attention, refused)` })
+  declare state?: string[]
+
+  @flags.number({ description: 'At most this many intents, newest first', default: 50 })
+  declare limit: number
+
+  @flags.string({ description: 'Intent id to settle after checking at the service (needs --as)' })
+  declare resolve?: string
+
+  @flags.string({ description: 'sent or not-sent: what the check at the service found' })
+  declare as?: string
+
+  @flags.string({ description: 'Intent id to re-send with its original Idempotency-Key' })
+  declare retry?: string
+
+  protected failure = 'Could not list intents'
+
+  protected async accepted() {
+    if (this.resolve !== undefined && this.retry !== undefined) {
+      return this.refuse('Give --resolve or --retry, not both')
+    }
+    for (const [flag, value] of [
+      ['--resolve', this.resolve],
+      ['--retry', this.retry],
+    ] as const) {
+      if (value !== undefined && !/^[1-9]\d*$/.test(value)) {
+        return this.refuse(`${flag} takes an intent id (a number), not "${value}"`)
+      }
+    }
+    if (this.resolve !== undefined && !RESOLUTIONS.includes(this.as as 'sent')) {
+      return this.refuse('--resolve needs --as=sent or --as=not-sent (what the service shows)')
+    }
+    if (this.as !== undefined && this.resolve === undefined) {
+      return this.refuse('--as goes with --resolve <id>')
+    }
+    const unknown = this.state?.find((s) => !STATES.includes(s))
+    if (unknown !== undefined) {
+      return this.refuse(`Unknown state "${unknown}". Use ${STATES.join(', ')}`)
+    }
+    if (!Number.isInteger(this.limit) || this.limit < 1) {
+      return this.refuse(`--limit must be a positive whole number, not "${this.limit}"`)
+    }
+    return true
+  }
+
+  protected async perform(payouts: PayoutsService) {
+    const { executor } = await payouts.parts()
+    const { IntentsDesk, OPEN_INTENT_STATES } = await import('../src/service/intents_desk.ts')
+    const desk = new IntentsDesk(executor, payouts.config.ledger.connection)
+    if (this.resolve !== undefined) {
+      this.failure = 'Resolve failed'
+      return desk.resolve(Number(this.resolve), this.as as 'sent' | 'not-sent')
+    }
+    if (this.retry !== undefined) {
+      this.failure = 'Retry failed'
+      return desk.retry(Number(this.retry))
+    }
+    return desk.list(this.state?.length ? this.state : OPEN_INTENT_STATES, this.limit)
+  }
+
+  protected print(result: IntentView[] | IntentView) {
+    if (!Array.isArray(result)) {
+      const outcome = result.payoutUuid ? ` (payout ${result.payoutUuid})` : ''
+      this.logger.success(`Intent ${result.id} is now ${result.state}${outcome}`)
+      return
+    }
+    if (result.length === 0) {
+      this.logger.info('No execution intent in these states')
+      return
+    }
+    const table = this.ui.table()
+    table.head(['Id', 'State', 'Flow', 'Amount', 'Attempts', 'Created', 'Retry?', 'Note'])
+    for (const intent of result) {
+      table.row([
+        String(intent.id),
+        intent.state,
+        intent.flow,
+        `${intent.amount ?? ''} ${intent.fromCurrency ?? ''} → ${intent.toCurrency ?? ''}`,
+        String(intent.attempts),
+        intent.createdAt,
+        intent.retryable ? 'yes' : 'no',
+        intent.note ?? '',
+      ])
+    }
+    table.render()
+  }
+}

@@ -1,0 +1,45 @@
+import type { Database } from '@adonisjs/lucid/database'
+import { tableNames } from '../database/schema.ts'
+import type { PayoutsConfig } from '../define_config.ts'
+
+/** One stored delivery as an operator sees it (`payouts:deliveries`). */
+export interface InboxDeliveryView {
+  deliveryId: string
+  eventType: string
+  source: string
+  state: string
+  attempts: number
+  lastError: string | null
+  receivedAt: string
+}
+
+/**
+ * Reads stored inbox deliveries, newest first, by state and/or delivery id; for the
+ * commands that show the inbox or check a `--id` before replaying it.
+ */
+export async function listInboxDeliveries(
+  db: Database,
+  config: Pick<PayoutsConfig, 'ledger'>,
+  filter: { states?: string[]; ids?: string[]; limit?: number }
+): Promise<InboxDeliveryView[]> {
+  const table = tableNames(config.ledger.tablePrefix).webhookDeliveries
+  const query = db
+    .connection(config.ledger.connection)
+    .from(table)
+    .select('delivery_id', 'event_type', 'source', 'state', 'attempts', 'last_error', 'received_at')
+    .orderBy('received_at', 'desc')
+    .orderBy('id', 'desc')
+  if (filter.states?.length) query.whereIn('state', filter.states)
+  if (filter.ids?.length) query.whereIn('delivery_id', filter.ids)
+  if (filter.limit) query.limit(filter.limit)
+  const rows: any[] = await query
+  return rows.map((row) => ({
+    deliveryId: row.delivery_id,
+    eventType: row.event_type,
+    source: row.source,
+    state: row.state,
+    attempts: Number(row.attempts),
+    lastError: row.last_error ?? null,
+    receivedAt: new Date(row.received_at).toISOString(),
+  }))
+}

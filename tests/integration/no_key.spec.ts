@@ -1,0 +1,32 @@
+import { test } from '@japa/runner'
+import PayoutsCoverage from '../../commands/payouts_coverage.ts'
+import { defineConfig } from '../../src/define_config.ts'
+import { createApp } from '../helpers/app.ts'
+
+test.group('No API key yet', () => {
+  test('the app boots without a key; the first use of the client names PAYOUTS_API_KEY', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await createApp({ apiKey: undefined }, cleanup)
+    const payouts = await app.container.make('payouts.manager')
+    assert.throws(() => payouts.client, /No Payout Service API key: set PAYOUTS_API_KEY/)
+
+    const ace = await app.container.make('ace')
+    ace.ui.switchMode('raw')
+    const command = await ace.create(PayoutsCoverage, [])
+    await command.exec()
+    command.assertFailed()
+    command.assertLogMatches(/set PAYOUTS_API_KEY/)
+  })
+
+  test('a malformed key still fails at boot, naming the variable and never the value', ({
+    assert,
+  }) => {
+    const apiKey = 'sk_test_not-quite-a-key'
+    const boot = () => defineConfig({ apiKey, baseUrl: 'http://127.0.0.1:4010' })
+    assert.throws(boot, /apiKey must be .*PAYOUTS_API_KEY/)
+    assert.throws(boot, /^(?![\s\S]*not-quite-a-key)/)
+    assert.doesNotThrow(() => defineConfig({ baseUrl: 'http://127.0.0.1:4010' }))
+  })
+})
