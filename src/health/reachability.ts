@@ -1,3 +1,4 @@
+import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
 import type { PayoutsClient } from '../client/payouts_client.ts'
 import { PayoutsApiError, PayoutsTimeoutError } from '../client/errors.ts'
 import type { PayoutsConfig } from '../define_config.ts'
@@ -56,11 +57,13 @@ export class Reachability {
       line = { ...base, status: 'ok', value: ms, message: `${baseUrl} answered in ${ms} ms` }
     } catch (error) {
       const message =
-        error instanceof PayoutsTimeoutError
-          ? `${baseUrl} unreachable: no answer within ${timeoutMs} ms`
-          : error instanceof PayoutsApiError && error.status > 0
-            ? `${baseUrl} refused the read: ${error.message}`
-            : `${baseUrl} unreachable: ${(error as Error).message}`
+        error instanceof E_PAYOUTS_API_KEY_MISSING
+          ? (error as Error).message
+          : error instanceof PayoutsTimeoutError
+            ? `${baseUrl} unreachable: no answer within ${timeoutMs} ms`
+            : error instanceof PayoutsApiError && error.status > 0
+              ? `${baseUrl} refused the read: ${error.message}`
+              : `${baseUrl} unreachable: ${(error as Error).message}`
       line = { ...base, status: 'error', value: null, message }
     }
     this.#last = { at, line }
