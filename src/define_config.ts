@@ -131,6 +131,20 @@ export const payoutsConfigSchema = z.object({
         .default(10 * 60_000),
     })
     .prefault({}),
+  retention: z
+    .object({
+      /**
+       * Days a processed inbox row is kept (the service's own delivery history is 30 days).
+       * Its unique delivery id is what deduplicates, so it must outlive the service's
+       * retries of one delivery (about 43 minutes): at least 1 day.
+       */
+      processedDeliveriesDays: z.number().int().min(1).default(30),
+      /** Hours a finished execution intent is kept: at least its 24 h replay window. */
+      finishedIntentsHours: z.number().int().min(24).default(48),
+      /** Rows removed per statement: short statements, no long lock. */
+      batchSize: z.number().int().positive().max(10_000).default(500),
+    })
+    .prefault({}),
   transmit: z
     .object({
       payoutChannel: z.string().includes(':payoutId').default('payouts/:payoutId'),

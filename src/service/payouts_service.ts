@@ -241,6 +241,17 @@ export class PayoutsService {
     return readHealth(db, this.config, this.client.environment)
   }
 
+  /**
+   * Removes processed inbox rows and finished execution intents past their retention, in
+   * bounded batches (`payouts:prune`, the worker's prune job); with `dryRun` only counts
+   * them. Dead letters only with `deadLetters`; the ledger never.
+   */
+  async prune(options: { dryRun?: boolean; deadLetters?: boolean } = {}) {
+    const { db } = await this.parts()
+    const { createPruner } = await import('../ledger/pruning.ts')
+    return createPruner(db, this.config).prune(options)
+  }
+
   /** Processes every due inbox row now (tests, commands, the retry timer). */
   async drainInbox() {
     const { processor } = await this.parts()
