@@ -37,6 +37,7 @@ export class PayoutsService {
       config,
       logger: deps.logger,
       parts: () => this.parts(),
+      host: { lockManager: deps.lockManager, redisConnection: deps.redisConnection },
       jobs: {
         reconcile: () => this.reconcile(),
         escrow: () => this.escrow.confirmDue(),

@@ -4,6 +4,7 @@ import type { Database } from '@adonisjs/lucid/database'
 import { PayoutsClient } from '../client/main.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import type { EscrowFallback } from '../jobs/escrow_fallback.ts'
+import type { HostLockServices } from '../jobs/locks.ts'
 import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
 import type { Reconciler } from '../jobs/reconciler.ts'
 import type { PayoutExecutor } from '../ledger/payout_executor.ts'
@@ -15,7 +16,7 @@ import type { SecretCipher, SecretStore } from '../webhooks/secret_store.ts'
 import type { PayoutsNotifier } from './notifier.ts'
 
 /** What the service needs from the host app; all resolved lazily. */
-export interface PayoutsServiceDeps {
+export interface PayoutsServiceDeps extends HostLockServices {
   logger: Logger
   emitter?: EmitterService
   /** The app's encryption (APP_KEY), for signing secrets stored by the commands. */
