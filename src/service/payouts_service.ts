@@ -189,8 +189,8 @@ export class PayoutsService {
 
   /**
    * Starts the jobs (reconcile, escrow fallback, recovery) on intervals, each guarded by
-   * a lock (in the app's database, or in Redis with `jobs.redis`) so it runs once per
-   * interval across all instances.
+   * a lock (the app's `@adonisjs/lock` store, Redis with `jobs.redis`, or the app's
+   * database) so it runs once per interval across all instances.
    */
   async startJobs() {
     return this.#background.startJobs()
