@@ -1,5 +1,6 @@
 import type { ApplicationService } from '@adonisjs/core/types'
 import type { PayoutsConfig } from '../src/define_config.ts'
+import { hostLockServices } from '../src/service/host_services.ts'
 import { PayoutsService } from '../src/service/payouts_service.ts'
 import '../src/types/extended.ts'
 
@@ -63,6 +64,7 @@ export default class PayoutsProvider {
         emitter,
         database: hasLucid ? () => this.app.container.make('lucid.db') : undefined,
         encryption: () => this.app.container.make('encryption'),
+        ...hostLockServices(this.app),
       })
       return this.#service
     })

@@ -143,11 +143,19 @@ export const payoutsConfigSchema = z.object({
         .positive()
         .default(24 * 3600_000),
       /**
-       * A redis:// (or rediss://) URL: the job locks live in Redis (ioredis, an optional
-       * peer) instead of the app's database. Query options go to ioredis, e.g.
-       * `?keyPrefix=app1:` when apps with different databases share one Redis.
+       * The job locks live in Redis instead of the app's database: the name of one of the
+       * app's `@adonisjs/redis` connections (its client is shared), or a redis:// (or
+       * rediss://) URL for apps without it (ioredis, an optional peer; query options go to
+       * ioredis, e.g. `?keyPrefix=app1:` when apps with different databases share one Redis).
        */
-      redis: z.url({ protocol: /^rediss?$/ }).optional(),
+      redis: z
+        .union([z.url({ protocol: /^rediss?$/ }), z.string().regex(/^[A-Za-z][\w-]*$/)])
+        .optional(),
+      /**
+       * A store of the app's `@adonisjs/lock` config for the job locks. Without it, an app
+       * with `@adonisjs/lock` has the locks in its default store (unless `redis` is set).
+       */
+      lockStore: z.string().min(1).optional(),
       /**
        * A job run that has not ended after this long is given up (logged as failed) so the
        * next interval runs it again; it cannot hold the job forever.
@@ -157,6 +165,20 @@ export const payoutsConfigSchema = z.object({
         .int()
         .positive()
         .default(10 * 60_000),
+    })
+    .prefault({}),
+  retention: z
+    .object({
+      /**
+       * Days a processed inbox row is kept (the service's own delivery history is 30 days).
+       * Its unique delivery id is what deduplicates, so it must outlive the service's
+       * retries of one delivery (about 43 minutes): at least 1 day.
+       */
+      processedDeliveriesDays: z.number().int().min(1).default(30),
+      /** Hours a finished execution intent is kept: at least its 24 h replay window. */
+      finishedIntentsHours: z.number().int().min(24).default(48),
+      /** Rows removed per statement: short statements, no long lock. */
+      batchSize: z.number().int().positive().max(10_000).default(500),
     })
     .prefault({}),
   transmit: z

@@ -1,43 +1,88 @@
 import type { LockFactory } from '@verrou/core'
 import type { Database } from '@adonisjs/lucid/database'
+import { E_INVALID_PAYOUTS_CONFIG } from '../errors.ts'
 
-export interface JobLocksOptions {
-  /** A redis:// URL: the locks live in Redis. Without it, in the app's database. */
+/** What the scheduler needs of a lock store: named locks with a TTL. */
+export type JobLockFactory = Pick<LockFactory, 'createLock'>
+
+/**
+ * The host app's lock manager (`@adonisjs/lock`'s `lock.manager`, a Verrou instance): its
+ * default store, or the one named.
+ */
+export interface HostLockManager {
+  createLock: LockFactory['createLock']
+  use(store: string): JobLockFactory
+}
+
+/** The host app's own services the job locks can use instead of building their own. */
+export interface HostLockServices {
+  /** `lock.manager` of `@adonisjs/lock`, when the app registers its provider. */
+  lockManager?: () => Promise<HostLockManager>
+  /** The ioredis client of a named `@adonisjs/redis` connection, when the app has it. */
+  redisConnection?: (name: string) => Promise<unknown>
+}
+
+export interface JobLocksOptions extends HostLockServices {
+  /**
+   * A redis:// URL (the locks get a Redis client of their own), or the name of one of the
+   * app's `@adonisjs/redis` connections (its client is shared). Without it, the host's lock
+   * manager when there is one, else the app's database.
+   */
   redis?: string
+  /** A store of the host's lock manager; its default store when not given. */
+  lockStore?: string
   db: Database
   connection?: string
-  /** The locks table (the knex store's schema), used without `redis`. */
+  /** The locks table (the knex store's schema), used on the app's database. */
   tableName: string
   logger: { error(obj: object, msg?: string): void }
 }
 
 export interface JobLocks {
-  store: 'redis' | 'database'
-  locks: LockFactory
-  /** Closes the Redis connection, if one was opened. */
+  store: 'redis' | 'database' | 'app'
+  locks: JobLockFactory
+  /** Closes the Redis connection, if one was opened here (never one of the app's). */
   close(): Promise<void>
 }
 
+/** Whether `jobs.redis` is a URL rather than a connection name. */
+export function isRedisUrl(value: string): boolean {
+  return /^rediss?:\/\//.test(value)
+}
+
 /**
- * The lock factory of the job scheduler: @verrou/core on Redis (ioredis, loaded only when
- * configured) or on the app's database through its knex store.
+ * The lock factory of the job scheduler, in this order: the host's `@adonisjs/lock`
+ * manager (with `jobs.lockStore`, or when `jobs.redis` is not set); Redis through one of
+ * the host's `@adonisjs/redis` connections (`jobs.redis` names it) or a client of its own
+ * (`jobs.redis` is a URL; ioredis, loaded only then); else the app's database through
+ * @verrou/core's knex store. A client the app already has is never duplicated.
  */
 export async function createJobLocks(options: JobLocksOptions): Promise<JobLocks> {
+  if (options.lockStore || (!options.redis && options.lockManager)) {
+    if (!options.lockManager) {
+      throw new E_INVALID_PAYOUTS_CONFIG([
+        'jobs.lockStore needs @adonisjs/lock: register its provider and config/lock.ts',
+      ])
+    }
+    const manager = await options.lockManager()
+    return {
+      store: 'app',
+      locks: options.lockStore ? manager.use(options.lockStore) : manager,
+      close: async () => {},
+    }
+  }
   const { Verrou } = await import('@verrou/core')
   if (options.redis) {
-    const [{ Redis }, { redisStore }] = await Promise.all([
-      import('ioredis'),
-      import('@verrou/core/drivers/redis'),
-    ])
-    // Options in the URL's query (?keyPrefix=app1:&db=2 …) win over these defaults.
-    const redis = new Redis(options.redis, { maxRetriesPerRequest: 2 })
-    let reported = false
-    redis.on('error', (error) => {
-      // Reconnects are ioredis's job; one log line per outage, not one per attempt.
-      if (!reported) options.logger.error({ err: error }, 'payouts job locks: redis unavailable')
-      reported = true
-    })
-    redis.on('ready', () => (reported = false))
+    const { redisStore } = await import('@verrou/core/drivers/redis')
+    const named = !isRedisUrl(options.redis)
+    if (named && !options.redisConnection) {
+      throw new E_INVALID_PAYOUTS_CONFIG([
+        `jobs.redis names a connection ("${options.redis}") but the app has no @adonisjs/redis; give a redis:// URL instead`,
+      ])
+    }
+    const redis = named
+      ? ((await options.redisConnection!(options.redis)) as any)
+      : await ownRedisClient(options.redis, options.logger)
     const verrou = new Verrou({
       default: 'redis',
       stores: { redis: { driver: redisStore({ connection: redis }) } },
@@ -46,7 +91,7 @@ export async function createJobLocks(options: JobLocksOptions): Promise<JobLocks
       store: 'redis',
       locks: verrou.use('redis'),
       close: async () => {
-        await redis.quit().catch(() => redis.disconnect())
+        if (!named) await redis.quit().catch(() => redis.disconnect())
       },
     }
   }
@@ -64,4 +109,19 @@ export async function createJobLocks(options: JobLocksOptions): Promise<JobLocks
     },
   })
   return { store: 'database', locks: verrou.use('database'), close: async () => {} }
+}
+
+/** An ioredis client for a redis:// URL, logging one line per outage. */
+async function ownRedisClient(url: string, logger: JobLocksOptions['logger']) {
+  const { Redis } = await import('ioredis')
+  // Options in the URL's query (?keyPrefix=app1:&db=2 …) win over these defaults.
+  const redis = new Redis(url, { maxRetriesPerRequest: 2 })
+  let reported = false
+  redis.on('error', (error) => {
+    // Reconnects are ioredis's job; one log line per outage, not one per attempt.
+    if (!reported) logger.error({ err: error }, 'payouts job locks: redis unavailable')
+    reported = true
+  })
+  redis.on('ready', () => (reported = false))
+  return redis
 }

@@ -1,4 +1,4 @@
-import type { LockFactory } from '@verrou/core'
+import type { JobLockFactory } from './locks.ts'
 import { withDeadline } from '../database/deadline.ts'
 
 /** One periodic job of the plugin. */
@@ -9,7 +9,7 @@ export interface ScheduledJob {
 }
 
 export interface JobSchedulerOptions {
-  locks: LockFactory
+  locks: JobLockFactory
   jobs: ScheduledJob[]
   logger: { info(obj: object, msg?: string): void; error(obj: object, msg?: string): void }
   onRun?: (name: string, result: unknown) => void
@@ -24,9 +24,10 @@ export interface JobSchedulerOptions {
 /**
  * Runs the plugin's jobs on intervals in the web process. Each run first takes a lock
  * whose TTL is the interval and is never released early, so across every instance of the
- * app a job runs at most once per interval (the lock lives in the app's database, or in
- * Redis with `jobs.redis`). A run longer than its interval keeps extending its lock, so it
- * never overlaps the next run anywhere. Every run is logged as `payouts job ran`.
+ * app a job runs at most once per interval (the lock lives where `createJobLocks` puts it:
+ * the app's `@adonisjs/lock` store, Redis with `jobs.redis`, or the app's database). A run
+ * longer than its interval keeps extending its lock, so it never overlaps the next run
+ * anywhere. Every run is logged as `payouts job ran`.
  */
 export class JobScheduler {
   #timers: NodeJS.Timeout[] = []

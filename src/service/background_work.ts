@@ -2,7 +2,7 @@ import type { Logger } from '@adonisjs/core/logger'
 import type { PayoutsConfig } from '../define_config.ts'
 import debug from '../debug.ts'
 import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
-import type { JobLocks } from '../jobs/locks.ts'
+import type { HostLockServices, JobLocks } from '../jobs/locks.ts'
 import type { JobScheduler } from '../jobs/scheduler.ts'
 import type { PayoutsStream } from '../stream/payouts_stream.ts'
 import type { ServiceParts } from './wiring.ts'
@@ -12,6 +12,8 @@ export interface BackgroundWorkOptions {
   config: PayoutsConfig
   logger: Logger
   parts: () => Promise<ServiceParts>
+  /** The host app's lock manager and Redis connections, when it has them. */
+  host?: HostLockServices
   /** What each job runs: the service's own methods, so a job does what its command does. */
   jobs: Record<'reconcile' | 'escrow' | 'recover', () => Promise<unknown>>
   /** Runs after every stream reconnect: reads what may have changed while it was down. */
@@ -62,7 +64,9 @@ export class BackgroundWork {
     const { connection, tablePrefix } = config.ledger
     const { jobs } = config
     const locks = await createJobLocks({
+      ...this.#options.host,
       redis: jobs.redis,
+      lockStore: jobs.lockStore,
       db,
       connection,
       tableName: tableNames(tablePrefix).locks,

@@ -38,6 +38,7 @@ export class PayoutsService {
       config,
       logger: deps.logger,
       parts: () => this.parts(),
+      host: { lockManager: deps.lockManager, redisConnection: deps.redisConnection },
       jobs: {
         reconcile: () => this.reconcile(),
         escrow: () => this.escrow.confirmDue(),
@@ -189,8 +190,8 @@ export class PayoutsService {
 
   /**
    * Starts the jobs (reconcile, escrow fallback, recovery) on intervals, each guarded by
-   * a lock (in the app's database, or in Redis with `jobs.redis`) so it runs once per
-   * interval across all instances.
+   * a lock (the app's `@adonisjs/lock` store, Redis with `jobs.redis`, or the app's
+   * database) so it runs once per interval across all instances.
    */
   async startJobs() {
     return this.#background.startJobs()
@@ -250,6 +251,17 @@ export class PayoutsService {
       db: ledger?.db ?? null,
       reachability: this.#reachability,
     })
+  }
+
+  /**
+   * Removes processed inbox rows and finished execution intents past their retention, in
+   * bounded batches (`payouts:prune`, the worker's prune job); with `dryRun` only counts
+   * them. Dead letters only with `deadLetters`; the ledger never.
+   */
+  async prune(options: { dryRun?: boolean; deadLetters?: boolean } = {}) {
+    const { db } = await this.parts()
+    const { createPruner } = await import('../ledger/pruning.ts')
+    return createPruner(db, this.config).prune(options)
   }
 
   /** Processes every due inbox row now (tests, commands, the retry timer). */

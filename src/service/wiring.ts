@@ -5,6 +5,7 @@ import { PayoutsClient } from '../client/main.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
 import type { EscrowFallback } from '../jobs/escrow_fallback.ts'
+import type { HostLockServices } from '../jobs/locks.ts'
 import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
 import type { Reconciler } from '../jobs/reconciler.ts'
 import type { PayoutExecutor } from '../ledger/payout_executor.ts'
@@ -17,7 +18,7 @@ import { clientRetries } from './client_retries.ts'
 import type { PayoutsNotifier } from './notifier.ts'
 
 /** What the service needs from the host app; all resolved lazily. */
-export interface PayoutsServiceDeps {
+export interface PayoutsServiceDeps extends HostLockServices {
   logger: Logger
   emitter?: EmitterService
   /** The app's encryption (APP_KEY), for signing secrets stored by the commands. */

@@ -23,6 +23,8 @@ export interface HostAppOptions {
   transmit?: boolean
   /** Further config keys (logger, ...), merged last. */
   config?: Record<string, unknown>
+  /** Further providers of the app (`@adonisjs/lock`, ...), before the payouts provider. */
+  providers?: Array<() => Promise<unknown>>
 }
 
 /** Boots a host app with the payouts provider (not started: no HTTP, no `ready` hooks). */
@@ -30,6 +32,7 @@ export async function bootHostApp(options: HostAppOptions): Promise<ApplicationS
   const providers = [
     ...(options.connection ? [() => import('@adonisjs/lucid/database_provider')] : []),
     ...(options.transmit ? [() => import('@adonisjs/transmit/transmit_provider')] : []),
+    ...(options.providers ?? []),
     () => import('../../providers/payouts_provider.ts'),
   ]
   const ignitor = new IgnitorFactory()

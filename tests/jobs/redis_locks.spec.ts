@@ -209,6 +209,34 @@ test.group(`Jobs | locks on Redis (${TEST_DB})`, () => {
     )
   }).timeout(10_000)
 
+  test("jobs.redis naming a connection: the app's Redis client is used, and never closed here", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'redis-locks')
+    const { url, prefix, admin } = redisNamespace(cleanup)
+    // Stands for `redis.connection('main').ioConnection` of @adonisjs/redis.
+    const appClient = new Redis(url)
+    cleanup(async () => void (await appClient.quit()))
+    const asked: string[] = []
+    const locks = await createJobLocks({
+      redis: 'main',
+      redisConnection: async (name) => {
+        asked.push(name)
+        return appClient
+      },
+      db,
+      tableName: 'unused',
+      logger: recordingLogger([]),
+    })
+    assert.equal(locks.store, 'redis')
+    assert.isTrue(await locks.locks.createLock('svc-payouts:probe', 10_000).acquireImmediately())
+    assert.deepEqual(asked, ['main'])
+    assert.deepEqual(await admin.keys(`${prefix}*`), [`${prefix}svc-payouts:probe`])
+    await locks.close()
+    assert.equal(appClient.status, 'ready', "the app's client stays open")
+  }).skip(redisDown, SKIP_REASON)
+
   test('jobs.redis takes a redis:// URL; without it the locks stay in the database', async ({
     assert,
     cleanup,

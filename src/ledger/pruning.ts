@@ -1,0 +1,159 @@
+import type { Database } from '@adonisjs/lucid/database'
+import type { QueryClientContract } from '@adonisjs/lucid/types/database'
+import { dbDate } from '../database/dates.ts'
+import { withDeadline, withStatementTimeout } from '../database/deadline.ts'
+import { affectedRows } from '../database/dialects.ts'
+import { tableNames } from '../database/schema.ts'
+import type { PayoutsConfig } from '../define_config.ts'
+
+/**
+ * The service retries a delivery under the same Svc-Delivery-Id for about 43 minutes
+ * (attempts at 0, 30 s, 2, 8 and 32 minutes); replays use a new id. An inbox row, whose
+ * unique delivery id is what deduplicates, is never removed younger than this.
+ */
+export const DEDUP_WINDOW_MS = 24 * 3_600_000
+
+/** Intent states that nothing will ever send again. */
+export const FINISHED_INTENT_STATES = ['succeeded', 'failed', 'refused'] as const
+
+/** What the pruner removes, and how. */
+export interface PrunerOptions {
+  db: Database
+  connection?: string
+  tables: { webhookDeliveries: string; executionIntents: string }
+  /** Processed inbox rows older than this (by `processed_at`) are removed. */
+  processedDeliveriesDays: number
+  /** Finished execution intents not touched for this long (by `updated_at`) are removed. */
+  finishedIntentsHours: number
+  /** Rows deleted per statement. */
+  batchSize: number
+  /** Bound of each statement; 0 waits forever. */
+  statementTimeoutMs: number
+  now?: () => Date
+}
+
+/** What one run removed (or, with `dryRun`, would remove), per kind of row. */
+export interface PruneSummary {
+  dryRun: boolean
+  processedDeliveries: number
+  deadLetters: number
+  finishedIntents: number
+}
+
+/** One kind of row to remove: its table and the condition that makes a row removable. */
+interface Target {
+  table: string
+  where: (query: any, client: QueryClientContract) => any
+}
+
+/**
+ * Removes what the plugin no longer needs, in bounded batches: processed inbox rows past
+ * their retention, finished execution intents past their window, and dead letters only
+ * when asked. Each batch is one SELECT of at most `batchSize` ids and one DELETE of those
+ * ids (the condition checked again, so a row replayed in between stays): no long lock, no
+ * large transaction. The ledger (`payouts`, `payout_events`) is never touched.
+ */
+export class Pruner {
+  #options: PrunerOptions
+
+  constructor(options: PrunerOptions) {
+    this.#options = options
+  }
+
+  /** Removes what is due, or only counts it with `dryRun`. */
+  async prune(options: { dryRun?: boolean; deadLetters?: boolean } = {}): Promise<PruneSummary> {
+    const dryRun = options.dryRun === true
+    const { tables } = this.#options
+    const now = this.#options.now?.() ?? new Date()
+    const processedBefore = new Date(
+      now.getTime() - this.#options.processedDeliveriesDays * 86_400_000
+    )
+    const intentsBefore = new Date(now.getTime() - this.#options.finishedIntentsHours * 3_600_000)
+    const run = (target: Target) => (dryRun ? this.#count(target) : this.#delete(target))
+    return {
+      dryRun,
+      processedDeliveries: await run({
+        table: tables.webhookDeliveries,
+        where: (q, client) =>
+          q.where('state', 'processed').where('processed_at', '<', dbDate(client, processedBefore)),
+      }),
+      deadLetters: options.deadLetters
+        ? await run({
+            table: tables.webhookDeliveries,
+            where: (q, client) =>
+              q
+                .where('state', 'dead')
+                .where(
+                  'received_at',
+                  '<',
+                  dbDate(client, new Date(now.getTime() - DEDUP_WINDOW_MS))
+                ),
+          })
+        : 0,
+      finishedIntents: await run({
+        table: tables.executionIntents,
+        where: (q, client) =>
+          q
+            .whereIn('state', FINISHED_INTENT_STATES)
+            .where('updated_at', '<', dbDate(client, intentsBefore)),
+      }),
+    }
+  }
+
+  #client(): QueryClientContract {
+    return this.#options.db.connection(this.#options.connection)
+  }
+
+  #bounded<T>(query: any, what: string): Promise<T> {
+    const ms = this.#options.statementTimeoutMs
+    return withDeadline(withStatementTimeout(query, ms), ms, what)
+  }
+
+  async #count(target: Target): Promise<number> {
+    const client = this.#client()
+    const rows: Array<{ total: number | string }> = await this.#bounded(
+      target.where(client.from(target.table), client).count('* as total'),
+      `prune count ${target.table}`
+    )
+    return Number(rows[0]?.total ?? 0)
+  }
+
+  async #delete(target: Target): Promise<number> {
+    const client = this.#client()
+    const { batchSize } = this.#options
+    let removed = 0
+    for (;;) {
+      const rows: Array<{ id: number }> = await this.#bounded(
+        target.where(client.from(target.table).select('id'), client).orderBy('id').limit(batchSize),
+        `prune select ${target.table}`
+      )
+      if (rows.length === 0) return removed
+      const deleted = await this.#bounded<unknown>(
+        target
+          .where(
+            client.from(target.table).whereIn(
+              'id',
+              rows.map((row) => Number(row.id))
+            ),
+            client
+          )
+          .delete(),
+        `prune delete ${target.table}`
+      )
+      removed += affectedRows(deleted)
+      if (rows.length < batchSize) return removed
+    }
+  }
+}
+
+/** The pruner of the app's config: its retention, its tables and its statement bound. */
+export function createPruner(db: Database, config: PayoutsConfig): Pruner {
+  const { retention, ledger } = config
+  return new Pruner({
+    db,
+    connection: ledger.connection,
+    tables: tableNames(ledger.tablePrefix),
+    ...retention,
+    statementTimeoutMs: ledger.transactionTimeoutMs,
+  })
+}
