@@ -41,6 +41,10 @@ export class PayoutsService {
         reconcile: () => this.reconcile(),
         escrow: () => this.escrow.confirmDue(),
         recover: () => this.recover(),
+        // Pruning (issue #17, bounded storage) is scheduled once the service has it.
+        ...('prune' in this && typeof this.prune === 'function'
+          ? { prune: () => (this.prune as () => Promise<unknown>)() }
+          : {}),
       },
       catchUp: () => this.reconcile({ staleAfterMs: 0 }),
     })
