@@ -1,0 +1,44 @@
+import { test } from '@japa/runner'
+import { TEST_DB } from '../helpers/database.ts'
+import { startHttpApp } from '../helpers/http_app.ts'
+
+/**
+ * What the provider's ready step starts in the web process, per `webhook.processing`: the
+ * service's start methods are recorded (not run) before the app starts.
+ */
+async function started(
+  cleanup: (fn: () => Promise<void>) => void,
+  processing: 'inline' | 'worker'
+) {
+  const calls: string[] = []
+  await startHttpApp(
+    cleanup,
+    { webhook: { processing }, jobs: { enabled: true }, events: { sources: 'both' } },
+    async (app) => {
+      const payouts = await app.container.make('payouts.manager')
+      payouts.startInboxWorker = () => void calls.push('inbox worker')
+      payouts.startStream = async () => {
+        calls.push('stream')
+        return undefined as never
+      }
+      payouts.startJobs = async () => {
+        calls.push('jobs')
+        return undefined as never
+      }
+    }
+  )
+  return calls
+}
+
+test.group(`Worker | the web process per processing mode (${TEST_DB})`, () => {
+  test('inline (the default) starts the inbox worker, the stream and the jobs', async ({
+    assert,
+    cleanup,
+  }) => {
+    assert.deepEqual(await started(cleanup, 'inline'), ['inbox worker', 'stream', 'jobs'])
+  })
+
+  test('worker mode starts none of them', async ({ assert, cleanup }) => {
+    assert.deepEqual(await started(cleanup, 'worker'), [])
+  })
+})
