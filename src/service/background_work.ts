@@ -110,8 +110,11 @@ export class BackgroundWork {
     return this.#scheduler
   }
 
-  /** Connects the WebSocket source at `url`; its messages go into the inbox. */
-  async startStream(url: string): Promise<PayoutsStream> {
+  /**
+   * Connects the WebSocket source at `url`; its messages go into the inbox, then `onStored`
+   * runs (the worker wakes its loop); by default the inbox processor is kicked.
+   */
+  async startStream(url: string, onStored?: () => void): Promise<PayoutsStream> {
     if (this.#stream) return this.#stream
     const { PayoutsStream } = await import('../stream/payouts_stream.ts')
     const { streamToInbox } = await import('./pipeline.ts')
@@ -125,7 +128,7 @@ export class BackgroundWork {
         info: (obj, msg) => logger.info(obj, msg),
         warn: (obj, msg) => logger.warn(obj, msg),
       },
-      onMessage: streamToInbox(inbox, processor),
+      onMessage: streamToInbox(inbox, onStored ? { kick: onStored } : processor),
       onReconnect: async () => {
         await catchUp()
       },

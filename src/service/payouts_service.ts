@@ -209,10 +209,11 @@ export class PayoutsService {
   /**
    * Connects the WebSocket source: its events go into the same inbox as webhooks (keyed
    * by a hash of the message), and after every reconnect a catch-up reconciliation reads
-   * the payouts that may have changed while the socket was down.
+   * the payouts that may have changed while the socket was down. `onStored` replaces the
+   * processing kick after each stored message (the worker wakes its own loop).
    */
-  async startStream() {
-    return this.#background.startStream(this.websocketUrl())
+  async startStream(options: { onStored?: () => void } = {}) {
+    return this.#background.startStream(this.websocketUrl(), options.onStored)
   }
 
   /** Requeues stored deliveries and processes them now (see `payouts:replay`). */

@@ -32,6 +32,8 @@ export class PayoutsWorker {
   #stopping = false
   #loop?: Promise<void>
   #wake?: () => void
+  /** Set when something was stored while the loop was busy: the next pause is skipped. */
+  #woken = false
 
   constructor(options: PayoutsWorkerOptions) {
     this.#options = options
@@ -43,7 +45,10 @@ export class PayoutsWorker {
     const { config } = service
     const { processor, ledger } = await service.parts()
     if (config.jobs.enabled) await service.startJobs()
-    if (config.events.sources !== 'webhooks') await service.startStream()
+    // A stream message wakes the loop, which processes it in its next batch.
+    if (config.events.sources !== 'webhooks') {
+      await service.startStream({ onStored: () => this.#wakeUp() })
+    }
     this.#loop = this.#run(processor, ledger)
     logger.info(
       { jobs: config.jobs.enabled, stream: config.events.sources !== 'webhooks' },
@@ -72,15 +77,29 @@ export class PayoutsWorker {
     }
   }
 
-  /** Waits one poll interval, or less when the worker is stopped. */
+  #wakeUp() {
+    this.#woken = true
+    this.#wake?.()
+  }
+
+  /** Waits one poll interval, or less when something was stored or the worker is stopped. */
   #pause() {
     const { service, pollIntervalMs } = this.#options
     const ms = pollIntervalMs ?? (service.config.webhook.retryIntervalMs || 1000)
+    if (this.#woken) {
+      this.#woken = false
+      return Promise.resolve()
+    }
     return new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, ms)
-      this.#wake = () => {
+      const timer = setTimeout(done, ms)
+      function done() {
         clearTimeout(timer)
         resolve()
+      }
+      this.#wake = () => {
+        this.#wake = undefined
+        this.#woken = false
+        done()
       }
     })
   }
@@ -93,7 +112,7 @@ export class PayoutsWorker {
   async stop(): Promise<boolean> {
     const { service, logger } = this.#options
     this.#stopping = true
-    this.#wake?.()
+    this.#wakeUp()
     const bound = this.#options.stopTimeoutMs ?? service.config.ledger.transactionTimeoutMs + 10_000
     try {
       await withDeadline(

@@ -1,4 +1,6 @@
 import { test } from '@japa/runner'
+import PayoutsWork from '../../commands/payouts_work.ts'
+import { createApp } from '../helpers/app.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
 
@@ -40,5 +42,21 @@ test.group(`Worker | the web process per processing mode (${TEST_DB})`, () => {
 
   test('worker mode starts none of them', async ({ assert, cleanup }) => {
     assert.deepEqual(await started(cleanup, 'worker'), [])
+  })
+})
+
+test.group('Worker | payouts:work without a ledger', () => {
+  test('exits 1 and says why when the app has no database for the inbox', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await createApp({}, cleanup)
+    const ace = await app.container.make('ace')
+    ace.ui.switchMode('raw')
+    const command = await ace.create(PayoutsWork, [])
+    await command.exec()
+    assert.equal(command.exitCode, 1)
+    const logs = command.logger.getLogs().map((log: { message: string }) => log.message)
+    assert.match(logs.join('\n'), /Worker failed to start: .*ledger/)
   })
 })
