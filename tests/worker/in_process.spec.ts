@@ -1,7 +1,10 @@
 import { test } from '@japa/runner'
 import PayoutsWork from '../../commands/payouts_work.ts'
-import { createApp } from '../helpers/app.ts'
-import { TEST_DB } from '../helpers/database.ts'
+import { createApp, TEST_API_KEY } from '../helpers/app.ts'
+import { Logger } from '@adonisjs/core/logger'
+import { defineConfig } from '../../src/define_config.ts'
+import { PayoutsService } from '../../src/service/payouts_service.ts'
+import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
 
 /**
@@ -58,5 +61,38 @@ test.group('Worker | payouts:work without a ledger', () => {
     assert.equal(command.exitCode, 1)
     const logs = command.logger.getLogs().map((log: { message: string }) => log.message)
     assert.match(logs.join('\n'), /Worker failed to start: .*ledger/)
+  })
+})
+
+test.group(`Worker | the prune job's hook (${TEST_DB})`, () => {
+  test('a service with prune() has it scheduled with the other jobs', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'prune_hook')
+    const announced: object[] = []
+    const logger = new Logger({ enabled: false })
+    logger.info = ((obj: object, msg?: string) => {
+      if (msg === 'payouts jobs started') announced.push(obj)
+    }) as typeof logger.info
+    class PruningService extends PayoutsService {
+      async prune() {
+        return { removed: 0 }
+      }
+    }
+    const config = defineConfig({
+      apiKey: TEST_API_KEY,
+      baseUrl: 'http://127.0.0.1:9',
+      ledger: { tablePrefix: prefix },
+    })
+    const service = new PruningService(config, { logger, database: async () => db })
+    cleanup(() => service.close())
+    await service.startJobs()
+    assert.deepEqual(announced, [
+      {
+        locks: 'database',
+        intervals: { reconcile: 60_000, escrow: 60_000, recover: 60_000, prune: 3_600_000 },
+      },
+    ])
   })
 })
