@@ -1,3 +1,4 @@
+import { rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { tmpdir } from 'node:os'
 import { test } from '@japa/runner'
@@ -14,8 +15,12 @@ import { batchLines, postDeliveries, spawnChild, type ChildOptions } from './hel
 
 async function setup(cleanup: (fn: () => Promise<void>) => void, batchSize: number) {
   const sqliteFile = join(tmpdir(), `svc-payouts-worker-${process.pid}-${Date.now()}.sqlite`)
-  const { prefix } = await openDatabase(cleanup, sqliteFile, () => false)
   const eventsFile = join(tmpdir(), `svc-payouts-worker-events-${process.pid}-${Date.now()}.jsonl`)
+  // Registered first, so it runs last: after the tables are dropped and the children gone.
+  cleanup(async () => {
+    await Promise.all([sqliteFile, eventsFile].map((file) => rm(file, { force: true })))
+  })
+  const { prefix } = await openDatabase(cleanup, sqliteFile, () => false)
   const options: ChildOptions = { prefix, batchSize, eventsFile }
   const env: Record<string, string> = TEST_DB === 'pg' ? {} : { SVC_TEST_SQLITE: sqliteFile }
   return { options, env, eventsFile }
