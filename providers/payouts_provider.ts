@@ -97,12 +97,13 @@ export default class PayoutsProvider {
 
   /**
    * In the web process: the inbox worker (config webhook.retryIntervalMs), the WebSocket
-   * source when configured, and the jobs when enabled.
+   * source when configured, and the jobs when enabled. None of them with
+   * `webhook.processing: 'worker'`: `node ace payouts:work` runs them.
    */
   protected async startBackgroundWork() {
     if (this.app.getEnvironment() !== 'web' || !this.app.container.hasBinding('lucid.db')) return
     const service = await this.app.container.make(PayoutsService)
-    if (!service.config.ledger.enabled) return
+    if (!service.config.ledger.enabled || service.config.webhook.processing === 'worker') return
     service.startInboxWorker()
     if (service.config.events.sources !== 'webhooks') await service.startStream()
     if (service.config.jobs.enabled) await service.startJobs()

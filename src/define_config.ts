@@ -86,6 +86,12 @@ export const payoutsConfigSchema = z.object({
        * service delivers again. Below the service's 10 s, with room for the network.
        */
       ackTimeoutMs: z.number().int().positive().max(9000).default(5000),
+      /**
+       * Where stored deliveries are processed: `inline` in the web process (with the jobs and
+       * the stream), or `worker`: the web process only verifies, stores and acknowledges, and
+       * `node ace payouts:work` does the rest.
+       */
+      processing: z.enum(['inline', 'worker']).default('inline'),
     })
     .refine((webhook) => !webhook.previousSecret || webhook.previousSecretValidUntil, {
       path: ['previousSecretValidUntil'],

@@ -15,7 +15,10 @@ export interface BackgroundWorkOptions {
   /** The host app's lock manager and Redis connections, when it has them. */
   host?: HostLockServices
   /** What each job runs: the service's own methods, so a job does what its command does. */
-  jobs: Record<'reconcile' | 'escrow' | 'recover', () => Promise<unknown>>
+  jobs: Record<'reconcile' | 'escrow' | 'recover', () => Promise<unknown>> & {
+    /** Pruning, scheduled only when the service has it (`payouts.prune()`). */
+    prune?: () => Promise<unknown>
+  }
   /** Runs after every stream reconnect: reads what may have changed while it was down. */
   catchUp: () => Promise<unknown>
 }
@@ -73,23 +76,27 @@ export class BackgroundWork {
       logger,
     })
     this.#jobLocks = locks
-    const job = (name: keyof typeof run, intervalMs: number) => ({
+    const job = (name: string, intervalMs: number, work: () => Promise<unknown>) => ({
       name,
       intervalMs,
       run: () => {
         debug('job %s starts', name)
-        return run[name]()
+        return work()
       },
     })
+    // The prune job joins when the service prunes; its interval is `jobs.pruneEveryMs`
+    // when configured, else hourly.
+    const pruneEveryMs = (jobs as { pruneEveryMs?: number }).pruneEveryMs ?? 3_600_000
     this.#scheduler = new JobScheduler({
       locks: locks.locks,
       logger,
       runTimeoutMs: jobs.runTimeoutMs,
       onRun: (name, result) => debug('job %s ran: %o', name, result),
       jobs: [
-        job('reconcile', jobs.reconcileEveryMs),
-        job('escrow', jobs.escrowEveryMs),
-        job('recover', jobs.recoverEveryMs),
+        job('reconcile', jobs.reconcileEveryMs, run.reconcile),
+        job('escrow', jobs.escrowEveryMs, run.escrow),
+        job('recover', jobs.recoverEveryMs, run.recover),
+        ...(run.prune ? [job('prune', pruneEveryMs, run.prune)] : []),
       ],
     })
     this.#scheduler.start()
@@ -100,6 +107,7 @@ export class BackgroundWork {
           reconcile: jobs.reconcileEveryMs,
           escrow: jobs.escrowEveryMs,
           recover: jobs.recoverEveryMs,
+          ...(run.prune ? { prune: pruneEveryMs } : {}),
         },
       },
       'payouts jobs started'
@@ -107,8 +115,11 @@ export class BackgroundWork {
     return this.#scheduler
   }
 
-  /** Connects the WebSocket source at `url`; its messages go into the inbox. */
-  async startStream(url: string): Promise<PayoutsStream> {
+  /**
+   * Connects the WebSocket source at `url`; its messages go into the inbox, then `onStored`
+   * runs (the worker wakes its loop); by default the inbox processor is kicked.
+   */
+  async startStream(url: string, onStored?: () => void): Promise<PayoutsStream> {
     if (this.#stream) return this.#stream
     const { PayoutsStream } = await import('../stream/payouts_stream.ts')
     const { streamToInbox } = await import('./pipeline.ts')
@@ -123,7 +134,7 @@ export class BackgroundWork {
         info: (obj, msg) => logger.info(obj, msg),
         warn: (obj, msg) => logger.warn(obj, msg),
       },
-      onMessage: streamToInbox(inbox, processor),
+      onMessage: streamToInbox(inbox, onStored ? { kick: onStored } : processor),
       onReconnect: async () => {
         await catchUp()
       },

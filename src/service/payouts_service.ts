@@ -43,6 +43,10 @@ export class PayoutsService {
         reconcile: () => this.reconcile(),
         escrow: () => this.escrow.confirmDue(),
         recover: () => this.recover(),
+        // Pruning (issue #17, bounded storage) is scheduled once the service has it.
+        ...('prune' in this && typeof this.prune === 'function'
+          ? { prune: () => (this.prune as () => Promise<unknown>)() }
+          : {}),
       },
       catchUp: () => this.reconcile({ staleAfterMs: 0 }),
     })
@@ -207,10 +211,11 @@ export class PayoutsService {
   /**
    * Connects the WebSocket source: its events go into the same inbox as webhooks (keyed
    * by a hash of the message), and after every reconnect a catch-up reconciliation reads
-   * the payouts that may have changed while the socket was down.
+   * the payouts that may have changed while the socket was down. `onStored` replaces the
+   * processing kick after each stored message (the worker wakes its own loop).
    */
-  async startStream() {
-    return this.#background.startStream(this.websocketUrl())
+  async startStream(options: { onStored?: () => void } = {}) {
+    return this.#background.startStream(this.websocketUrl(), options.onStored)
   }
 
   /** Requeues stored deliveries and processes them now (see `payouts:replay`). */

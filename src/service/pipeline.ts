@@ -37,7 +37,10 @@ export interface WebhookRouteOptions {
   secrets: (options: { maxAgeMs?: number }) => Promise<string[]>
 }
 
-/** Step 1, webhooks: verify over the raw bytes, store, acknowledge, then start processing. */
+/**
+ * Step 1, webhooks: verify over the raw bytes, store, acknowledge, then start processing
+ * (inline mode; in worker mode `payouts:work` processes).
+ */
 export function webhookRoute({ config, logger, parts, secrets }: WebhookRouteOptions) {
   return new WebhookReceiver({
     inbox: {
@@ -54,7 +57,11 @@ export function webhookRoute({ config, logger, parts, secrets }: WebhookRouteOpt
     maxBodyBytes: config.maxBodyBytes,
     ackTimeoutMs: config.ackTimeoutMs,
     logger,
-    onStored: () => void parts().then(({ processor }) => processor.kick()),
+    // In worker mode the worker's loop picks the row up; this process only stores it.
+    onStored:
+      config.processing === 'worker'
+        ? undefined
+        : () => void parts().then(({ processor }) => processor.kick()),
   })
 }
 

@@ -94,10 +94,13 @@ export class InboxProcessor {
     while (this.#running) await this.#running.catch(() => {})
   }
 
-  /** Processes every due row; returns how many were handled. */
-  async drain(): Promise<number> {
+  /**
+   * Processes every due row, or at most `maxBatches` batches (the worker takes one at a
+   * time, so a stop waits for one batch only); returns how many were handled.
+   */
+  async drain(options: { maxBatches?: number } = {}): Promise<number> {
     let handled = 0
-    for (;;) {
+    for (let batches = 0; batches < (options.maxBatches ?? Infinity); batches++) {
       const inTransaction = await this.#drainInTransaction()
       if (inTransaction === 0) return handled
       if (inTransaction !== GO_ROW_BY_ROW) {
@@ -110,6 +113,7 @@ export class InboxProcessor {
       if (withLeases === 0) return handled
       handled += withLeases
     }
+    return handled
   }
 
   /**

@@ -27,15 +27,15 @@ export interface HostAppOptions {
   providers?: Array<() => Promise<unknown>>
 }
 
-/** Boots a host app with the payouts provider (not started: no HTTP, no `ready` hooks). */
-export async function bootHostApp(options: HostAppOptions): Promise<ApplicationService> {
+/** The ignitor of a host app with the payouts provider: `createApp('web')`, or `ace()`. */
+export function hostAppIgnitor(options: HostAppOptions) {
   const providers = [
     ...(options.connection ? [() => import('@adonisjs/lucid/database_provider')] : []),
     ...(options.transmit ? [() => import('@adonisjs/transmit/transmit_provider')] : []),
     ...(options.providers ?? []),
     () => import('../../providers/payouts_provider.ts'),
   ]
-  const ignitor = new IgnitorFactory()
+  return new IgnitorFactory()
     .withCoreProviders()
     .withCoreConfig()
     .merge({
@@ -58,7 +58,11 @@ export async function bootHostApp(options: HostAppOptions): Promise<ApplicationS
       importer: (filePath) =>
         filePath.startsWith('.') ? import(new URL(filePath, options.root).href) : import(filePath),
     })
-  const app = ignitor.createApp('web')
+}
+
+/** Boots a host app with the payouts provider (not started: no HTTP, no `ready` hooks). */
+export async function bootHostApp(options: HostAppOptions): Promise<ApplicationService> {
+  const app = hostAppIgnitor(options).createApp('web')
   await app.init()
   await app.boot()
   return app

@@ -1,0 +1,42 @@
+/**
+ * The web process of the worker suite: the host app served on loopback with
+ * `webhook.processing: 'worker'`, started the AdonisJS way (its `ready` hooks run). It
+ * answers `idle` with the inbox's states once any processing it started has ended.
+ */
+import 'reflect-metadata'
+import { defineConfig as defineLoggerConfig } from '@adonisjs/core/logger'
+import { WebhookDelivery } from '../../src/models/main.ts'
+import { BASE_URL } from '../helpers/app.ts'
+import { connectionConfig } from '../helpers/database.ts'
+import { serveHostApp } from '../helpers/host_app.ts'
+import { payoutsConfig, type ChildOptions } from './helpers.ts'
+
+const options: ChildOptions = JSON.parse(process.env.WORKER_TEST!)
+process.on('disconnect', () => process.exit(1))
+
+const host = await serveHostApp({
+  root: BASE_URL,
+  connection: connectionConfig('worker'),
+  config: {
+    logger: defineLoggerConfig({
+      default: 'app',
+      loggers: { app: { enabled: true, level: 'error' } },
+    }),
+  },
+  payouts: payoutsConfig(options),
+})
+
+process.on('message', async (message: { type: string }) => {
+  if (message.type !== 'idle') return
+  const { processor } = await host.payouts.parts()
+  await processor.idle()
+  const rows = await WebhookDelivery.query().select('state')
+  const states: Record<string, number> = {}
+  for (const row of rows) states[row.state] = (states[row.state] ?? 0) + 1
+  process.send!({ type: 'idle', states })
+})
+process.once('SIGTERM', async () => {
+  await host.close()
+  process.exit(0)
+})
+process.send!({ type: 'ready', url: host.url })

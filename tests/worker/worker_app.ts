@@ -1,0 +1,73 @@
+/**
+ * `node ace payouts:work` in the worker suite's host app, run through AdonisJS's own ace
+ * process (console environment, app started by the kernel). Every app event it fires is
+ * appended to a JSONL file; with `pauseFirstBatch`, its first batch holds its transaction
+ * open (rows claimed, nothing committed) until SIGTERM arrives or the parent says `go`.
+ */
+import 'reflect-metadata'
+import { appendFileSync } from 'node:fs'
+import { ListLoader } from '@adonisjs/core/ace'
+import { defineConfig as defineLoggerConfig } from '@adonisjs/core/logger'
+import PayoutsWork from '../../commands/payouts_work.ts'
+import { BASE_URL } from '../helpers/app.ts'
+import { connectionConfig } from '../helpers/database.ts'
+import { hostAppIgnitor } from '../helpers/host_app.ts'
+import { payoutsConfig, type ChildOptions } from './helpers.ts'
+
+const options: ChildOptions = JSON.parse(process.env.WORKER_TEST!)
+process.on('disconnect', () => process.exit(1))
+// The IPC channel alone does not keep the process alive: it exits when the command is done.
+process.channel?.unref()
+
+/** Resolves when the first batch may go on. */
+function released(): Promise<void> {
+  if (options.pauseFirstBatch === 'sigterm') {
+    return new Promise((resolve) => process.once('SIGTERM', () => resolve()))
+  }
+  return new Promise((resolve) =>
+    process.on('message', (message: { type: string }) => message.type === 'go' && resolve())
+  )
+}
+
+const ignitor = hostAppIgnitor({
+  root: BASE_URL,
+  connection: connectionConfig('worker'),
+  config: {
+    logger: defineLoggerConfig({
+      default: 'app',
+      loggers: { app: { enabled: true, level: 'info' } },
+    }),
+  },
+  payouts: payoutsConfig(options),
+})
+
+await ignitor
+  .ace()
+  .configure(async (app) => {
+    const ace = await app.container.make('ace')
+    ace.addLoader(new ListLoader([PayoutsWork]))
+    await app.ready(async () => {
+      const payouts = await app.container.make('payouts.manager')
+      const emitter = await app.container.make('emitter')
+      emitter.onAny((name, data: any) => {
+        if (!options.eventsFile || !String(name).startsWith('payouts:')) return
+        const line = { name: String(name), payoutId: data?.payoutId ?? null, pid: process.pid }
+        appendFileSync(options.eventsFile, JSON.stringify(line) + '\n')
+      })
+      if (!options.pauseFirstBatch) return
+      const { inbox } = await payouts.parts()
+      const processDue = inbox.processDueInTransaction.bind(inbox)
+      let paused = false
+      inbox.processDueInTransaction = (now, limit, work) =>
+        processDue(now, limit, async (trx, rows) => {
+          if (!paused) {
+            paused = true
+            const go = released()
+            process.send!({ type: 'in-batch', rows: rows.length })
+            await go
+          }
+          return work(trx, rows)
+        })
+    })
+  })
+  .handle(['payouts:work', '--poll-interval-ms=100'])
