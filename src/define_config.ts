@@ -132,6 +132,8 @@ export const payoutsConfigSchema = z.object({
       reconcileEveryMs: z.number().int().min(0).default(60_000),
       escrowEveryMs: z.number().int().min(0).default(60_000),
       recoverEveryMs: z.number().int().min(0).default(60_000),
+      /** How often the prune job removes rows past `retention` (0: never; run `payouts:prune`). */
+      pruneEveryMs: z.number().int().min(0).default(3_600_000),
       /** Minutes after on-chain confirmation before confirm-escrow-deposit may be called. */
       escrowConfirmAfterMinutes: z.number().min(0).default(10),
       /** Confirmations the escrow fallback sends for a deposit before it alerts. */

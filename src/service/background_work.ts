@@ -15,10 +15,7 @@ export interface BackgroundWorkOptions {
   /** The host app's lock manager and Redis connections, when it has them. */
   host?: HostLockServices
   /** What each job runs: the service's own methods, so a job does what its command does. */
-  jobs: Record<'reconcile' | 'escrow' | 'recover', () => Promise<unknown>> & {
-    /** Pruning, scheduled only when the service has it (`payouts.prune()`). */
-    prune?: () => Promise<unknown>
-  }
+  jobs: Record<'reconcile' | 'escrow' | 'recover' | 'prune', () => Promise<unknown>>
   /** Runs after every stream reconnect: reads what may have changed while it was down. */
   catchUp: () => Promise<unknown>
 }
@@ -84,9 +81,6 @@ export class BackgroundWork {
         return work()
       },
     })
-    // The prune job joins when the service prunes; its interval is `jobs.pruneEveryMs`
-    // when configured, else hourly.
-    const pruneEveryMs = (jobs as { pruneEveryMs?: number }).pruneEveryMs ?? 3_600_000
     this.#scheduler = new JobScheduler({
       locks: locks.locks,
       logger,
@@ -96,7 +90,7 @@ export class BackgroundWork {
         job('reconcile', jobs.reconcileEveryMs, run.reconcile),
         job('escrow', jobs.escrowEveryMs, run.escrow),
         job('recover', jobs.recoverEveryMs, run.recover),
-        ...(run.prune ? [job('prune', pruneEveryMs, run.prune)] : []),
+        job('prune', jobs.pruneEveryMs, run.prune),
       ],
     })
     this.#scheduler.start()
@@ -107,7 +101,7 @@ export class BackgroundWork {
           reconcile: jobs.reconcileEveryMs,
           escrow: jobs.escrowEveryMs,
           recover: jobs.recoverEveryMs,
-          ...(run.prune ? { prune: pruneEveryMs } : {}),
+          prune: jobs.pruneEveryMs,
         },
       },
       'payouts jobs started'

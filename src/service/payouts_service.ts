@@ -43,10 +43,7 @@ export class PayoutsService {
         reconcile: () => this.reconcile(),
         escrow: () => this.escrow.confirmDue(),
         recover: () => this.recover(),
-        // Pruning (issue #17, bounded storage) is scheduled once the service has it.
-        ...('prune' in this && typeof this.prune === 'function'
-          ? { prune: () => (this.prune as () => Promise<unknown>)() }
-          : {}),
+        prune: () => this.prune(),
       },
       catchUp: () => this.reconcile({ staleAfterMs: 0 }),
     })

@@ -64,8 +64,8 @@ test.group('Worker | payouts:work without a ledger', () => {
   })
 })
 
-test.group(`Worker | the prune job's hook (${TEST_DB})`, () => {
-  test('a service with prune() has it scheduled with the other jobs', async ({
+test.group(`Jobs | the prune job (${TEST_DB})`, () => {
+  test('the prune job is scheduled with the other jobs, every jobs.pruneEveryMs', async ({
     assert,
     cleanup,
   }) => {
@@ -75,17 +75,12 @@ test.group(`Worker | the prune job's hook (${TEST_DB})`, () => {
     logger.info = ((obj: object, msg?: string) => {
       if (msg === 'payouts jobs started') announced.push(obj)
     }) as typeof logger.info
-    class PruningService extends PayoutsService {
-      async prune() {
-        return { removed: 0 }
-      }
-    }
     const config = defineConfig({
       apiKey: TEST_API_KEY,
       baseUrl: 'http://127.0.0.1:9',
       ledger: { tablePrefix: prefix },
     })
-    const service = new PruningService(config, { logger, database: async () => db })
+    const service = new PayoutsService(config, { logger, database: async () => db })
     cleanup(() => service.close())
     await service.startJobs()
     assert.deepEqual(announced, [
