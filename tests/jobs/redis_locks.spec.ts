@@ -155,7 +155,12 @@ test.group(`Jobs | locks on Redis (${TEST_DB})`, () => {
       const announced = lines.find((line) => line.msg === 'payouts jobs started')
       assert.deepEqual(announced?.obj, {
         locks: 'redis',
-        intervals: { reconcile: intervalMs, escrow: intervalMs, recover: intervalMs },
+        intervals: {
+          reconcile: intervalMs,
+          escrow: intervalMs,
+          recover: intervalMs,
+          prune: 3_600_000,
+        },
       })
     }
 
