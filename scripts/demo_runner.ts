@@ -18,7 +18,10 @@ function run(command: string, args: string[], cwd: string, env: NodeJS.ProcessEn
   if (result.status !== 0) throw new Error(`${command} ${args.join(' ')} failed in ${cwd}`)
 }
 
-/** Env every demo process gets; `extra` wins. A fresh APP_KEY unless one is given. */
+/**
+ * Env every demo process gets; `extra` wins. A fresh APP_KEY unless one is given. Inline
+ * processing unless told: a `.env` left by `npm run demo` (worker mode) must not decide it.
+ */
 export function demoEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {
     ...process.env,
@@ -27,6 +30,7 @@ export function demoEnv(extra: Record<string, string | undefined> = {}): NodeJS.
     PORT: '3333',
     LOG_LEVEL: 'warn',
     APP_KEY: randomBytes(32).toString('base64url'),
+    PAYOUTS_PROCESSING: 'inline',
   }
   for (const [key, value] of Object.entries(extra)) {
     if (value === undefined) delete env[key]
