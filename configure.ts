@@ -142,6 +142,7 @@ export async function configure(command: Configure) {
       PAYOUTS_BASE_URL: 'Env.schema.string({ format: "url", tld: false })',
       PAYOUTS_WEBHOOK_SECRET: 'Env.schema.string.optional()',
       PAYOUTS_REDIS_URL: 'Env.schema.string.optional()',
+      PAYOUTS_PROCESSING: "Env.schema.enum.optional(['inline', 'worker'] as const)",
     },
   })
 

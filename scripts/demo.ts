@@ -2,10 +2,14 @@ import { LOOPBACK_WEBHOOKS_NOTICE } from '../src/emulator/cli_options.ts'
 import { stopOnSignal } from '../src/emulator/stop_on_signal.ts'
 import { startDemo } from './demo_runner.ts'
 
-/** `npm run demo`: the emulator and the example app on SQLite, until Ctrl-C. */
+/** `npm run demo`: the emulator, the example app and its worker on SQLite, until Ctrl-C. */
 const demo = await startDemo({ port: Number(process.env.PORT ?? 3333), writeEnvFile: true })
 console.log(
-  `\nPayouts demo ready: open ${demo.url}\n(emulator ${demo.emulator.baseUrl}; Ctrl-C stops both)`
+  [
+    `\nPayouts demo ready: open ${demo.url}`,
+    `(the web process stores deliveries; a worker, node ace payouts:work, processes them;`,
+    ` emulator ${demo.emulator.baseUrl}; Ctrl-C stops all three)`,
+  ].join('\n')
 )
 console.log(LOOPBACK_WEBHOOKS_NOTICE)
 

@@ -2,6 +2,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { createServer } from 'node:net'
+import { createInterface } from 'node:readline'
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { PayoutsEmulator, type ClockOptions } from '../src/emulator/main.ts'
@@ -17,7 +18,10 @@ function run(command: string, args: string[], cwd: string, env: NodeJS.ProcessEn
   if (result.status !== 0) throw new Error(`${command} ${args.join(' ')} failed in ${cwd}`)
 }
 
-/** Env every demo process gets; `extra` wins. A fresh APP_KEY unless one is given. */
+/**
+ * Env every demo process gets; `extra` wins. A fresh APP_KEY unless one is given. Inline
+ * processing unless told: a `.env` left by `npm run demo` (worker mode) must not decide it.
+ */
 export function demoEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {
     ...process.env,
@@ -26,6 +30,7 @@ export function demoEnv(extra: Record<string, string | undefined> = {}): NodeJS.
     PORT: '3333',
     LOG_LEVEL: 'warn',
     APP_KEY: randomBytes(32).toString('base64url'),
+    PAYOUTS_PROCESSING: 'inline',
   }
   for (const [key, value] of Object.entries(extra)) {
     if (value === undefined) delete env[key]
@@ -76,14 +81,45 @@ export function freePort(): Promise<number> {
   })
 }
 
-export interface DemoApp {
-  url: string
+/** A demo process started by this one: stopping it, and its exit. */
+export interface DemoProcess {
   child: ChildProcess
+  /** SIGINT (the process stops cleanly), then SIGKILL after 5 s; resolves once it exited. */
   stop(): Promise<void>
+}
+
+export interface DemoApp extends DemoProcess {
+  url: string
 }
 
 /** Preload that stops the app when its parent dies, however it dies. */
 export const EXIT_WITH_PARENT = new URL('./exit_with_parent.ts', import.meta.url).href
+
+/**
+ * Spawns `script args` in examples/demo, linked to this process: the IPC channel is how
+ * the child learns that this process died (exit_with_parent.ts).
+ */
+function spawnDemoProcess(
+  script: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  output: 'inherit' | 'ignore' | 'pipe'
+): DemoProcess {
+  const child = spawn(
+    process.execPath,
+    ['--import=@poppinss/ts-exec', `--import=${EXIT_WITH_PARENT}`, script, ...args],
+    { cwd: DEMO_ROOT, stdio: ['ignore', output, output, 'ipc'], env }
+  )
+  const stop = async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return
+    const exited = new Promise((resolve) => child.once('exit', resolve))
+    child.kill('SIGINT')
+    const timer = setTimeout(() => child.kill('SIGKILL'), 5000)
+    await exited
+    clearTimeout(timer)
+  }
+  return { child, stop }
+}
 
 /**
  * Starts `examples/demo/bin/server.ts` with `env` (see demoEnv) on `port` and resolves once
@@ -94,25 +130,13 @@ export async function startDemoApp(options: {
   env: NodeJS.ProcessEnv
   output?: 'inherit' | 'ignore' | 'pipe'
 }): Promise<DemoApp> {
-  const child = spawn(
-    process.execPath,
-    ['--import=@poppinss/ts-exec', `--import=${EXIT_WITH_PARENT}`, 'bin/server.ts'],
-    {
-      cwd: DEMO_ROOT,
-      // The IPC channel is how the app learns that this process died (exit_with_parent.ts).
-      stdio: ['ignore', options.output ?? 'inherit', options.output ?? 'inherit', 'ipc'],
-      env: { ...options.env, PORT: String(options.port) },
-    }
+  const { child, stop } = spawnDemoProcess(
+    'bin/server.ts',
+    [],
+    { ...options.env, PORT: String(options.port) },
+    options.output ?? 'inherit'
   )
   const url = `http://127.0.0.1:${options.port}`
-  const stop = async () => {
-    if (child.exitCode !== null || child.signalCode !== null) return
-    const exited = new Promise((resolve) => child.once('exit', resolve))
-    child.kill('SIGINT')
-    const timer = setTimeout(() => child.kill('SIGKILL'), 5000)
-    await exited
-    clearTimeout(timer)
-  }
   const started = Date.now()
   for (;;) {
     if (child.exitCode !== null) throw new Error(`the demo app on port ${options.port} exited`)
@@ -129,6 +153,25 @@ export async function startDemoApp(options: {
   return { url, child, stop }
 }
 
+/**
+ * Starts `node ace payouts:work` in examples/demo with `env`: the worker that processes what
+ * an app in `PAYOUTS_PROCESSING=worker` mode stores. It reads an empty inbox every
+ * `pollIntervalMs`. `stop()` as for the app (SIGINT: the worker finishes its batch).
+ */
+export function startDemoWorker(options: {
+  env: NodeJS.ProcessEnv
+  pollIntervalMs?: number
+  output?: 'inherit' | 'ignore' | 'pipe'
+}): DemoProcess {
+  const poll = `--poll-interval-ms=${options.pollIntervalMs ?? 250}`
+  return spawnDemoProcess(
+    'bin/console.ts',
+    ['payouts:work', poll],
+    options.env,
+    options.output ?? 'inherit'
+  )
+}
+
 export interface DemoOptions {
   port?: number
   emulatorPort?: number
@@ -142,17 +185,28 @@ export interface DemoOptions {
   writeEnvFile?: boolean
   output?: 'inherit' | 'ignore'
   log?: Log
+  /**
+   * Receives each line the worker prints, at LOG_LEVEL info (pino JSON, e.g. its
+   * "payouts worker batch" lines); without it the worker's output follows `output`.
+   */
+  workerLog?: Log
 }
 
 export interface RunningDemo {
   url: string
   emulator: PayoutsEmulator
+  /** The web process (`PAYOUTS_PROCESSING=worker`: it stores deliveries, processes none). */
+  app: DemoApp
+  /** The `node ace payouts:work` process that processes them. */
+  worker: DemoProcess
+  /** Stops the app and the worker, then the emulator; a second call waits for the first. */
   stop(): Promise<void>
 }
 
 /**
  * The whole demo: builds and installs the package, starts the emulator, migrates a fresh
- * SQLite file, starts the app, subscribes its webhook, and returns its URL.
+ * SQLite file, starts the app and a worker beside it (the app in worker mode), subscribes
+ * its webhook, and returns its URL.
  */
 export async function startDemo(options: DemoOptions = {}): Promise<RunningDemo> {
   const log = options.log ?? print
@@ -174,34 +228,55 @@ export async function startDemo(options: DemoOptions = {}): Promise<RunningDemo>
     DB_FILE: dbFile,
     PAYOUTS_API_KEY: emulator.apiKey,
     PAYOUTS_BASE_URL: emulator.baseUrl,
+    PAYOUTS_PROCESSING: 'worker',
   })
   if (options.writeEnvFile) {
     const keys = ['NODE_ENV', 'PORT', 'HOST', 'APP_KEY', 'LOG_LEVEL', 'DB_FILE']
-    const lines = [...keys, 'PAYOUTS_API_KEY', 'PAYOUTS_BASE_URL'].map((k) => `${k}=${env[k]}`)
+    const payouts = ['PAYOUTS_API_KEY', 'PAYOUTS_BASE_URL', 'PAYOUTS_PROCESSING']
+    const lines = [...keys, ...payouts].map((k) => `${k}=${env[k]}`)
     writeFileSync(`${DEMO_ROOT}.env`, lines.join('\n') + '\n')
   }
   try {
     log('Migrating…')
     await demoAce(['migration:run', '--force'], env)
-    log('Starting the app…')
-    const app = await startDemoApp({ port, env, output: options.output })
+    log('Starting the app and the worker…')
+    const worker = startWorker(env, options)
+    const app = await startDemoApp({ port, env, output: options.output }).catch(async (error) => {
+      await worker.stop()
+      throw error
+    })
     try {
+      if (worker.child.exitCode !== null) throw new Error('the demo worker exited')
       log('Subscribing the webhook…')
       await demoAce(['payouts:webhooks:create', `--url=${app.url}/webhooks/payouts`], env)
     } catch (error) {
-      await app.stop()
+      await Promise.all([app.stop(), worker.stop()])
       throw error
     }
+    let stopped: Promise<void> | undefined
     return {
       url: app.url,
       emulator,
-      async stop() {
-        await app.stop()
-        await emulator.close()
+      app,
+      worker,
+      stop() {
+        stopped ??= Promise.all([app.stop(), worker.stop()]).then(() => emulator.close())
+        return stopped
       },
     }
   } catch (error) {
     await emulator.close()
     throw error
   }
+}
+
+/** The demo's worker; its lines go to `options.workerLog` when given. */
+function startWorker(env: NodeJS.ProcessEnv, options: DemoOptions): DemoProcess {
+  const workerLog = options.workerLog
+  if (!workerLog) return startDemoWorker({ env, output: options.output })
+  const worker = startDemoWorker({ env: { ...env, LOG_LEVEL: 'info' }, output: 'pipe' })
+  for (const stream of [worker.child.stdout!, worker.child.stderr!]) {
+    createInterface({ input: stream }).on('line', workerLog)
+  }
+  return worker
 }

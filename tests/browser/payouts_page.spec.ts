@@ -4,9 +4,10 @@ import { chromium, type Browser } from 'playwright-core'
 import { freePort, startDemo, type RunningDemo } from '../../scripts/demo_runner.ts'
 
 /**
- * The demo page in headless Chromium: a payout executed from the form reaches completed
- * without a reload (Transmit pushes every change), in the fiat flow and in the stablecoin
- * flow through the escrow deposit button.
+ * The demo page in headless Chromium: it shows the health report, and a payout executed
+ * from the form reaches completed without a reload (the worker applies the changes; the
+ * page refreshes on Transmit messages and every 2 s), in the fiat flow and in the
+ * stablecoin flow through the escrow deposit button.
  */
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 // CI installs Chromium and must run this test; elsewhere it runs when Chromium is there.
@@ -43,7 +44,9 @@ test.group('Browser | demo page', (group) => {
     await demo?.stop()
   })
 
-  test('a payout executed on the page reaches completed without a reload', async ({ assert }) => {
+  test('the page shows the health report; a payout executed on it reaches completed without a reload', async ({
+    assert,
+  }) => {
     assert.isTrue(existsSync(CHROMIUM), `Chromium is required at ${CHROMIUM} (.ci/run installs it)`)
     const page = await browser.newPage({ viewport: { width: 1200, height: 900 } })
     let navigations = 0
@@ -52,6 +55,16 @@ test.group('Browser | demo page', (group) => {
     })
     await page.goto(demo.url)
     await page.locator('#live.on').waitFor({ timeout: 15_000 })
+
+    // The health report, each line with its verdict, as payouts:status prints it.
+    await page.locator('[data-testid=health-line][data-check=inboxBacklog]').waitFor()
+    const lines = await page.locator('[data-testid=health-line]').all()
+    const checks = await Promise.all(lines.map((line) => line.getAttribute('data-check')))
+    assert.includeMembers(checks, ['reachability', 'inboxBacklog', 'deadLetters', 'stuckPayouts'])
+    const reachable = page.locator('[data-testid=health-line][data-check=reachability]')
+    assert.equal(await reachable.getAttribute('data-status'), 'ok')
+    assert.equal(await reachable.locator('.verdict').textContent(), 'ok')
+    assert.match((await page.locator('#health-summary').textContent()) ?? '', /^ok: /)
 
     // Fiat to fiat: the form, then webhooks move it to completed while we watch.
     await page.selectOption('#flow', 'fiat_to_fiat')

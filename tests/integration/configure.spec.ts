@@ -76,6 +76,7 @@ test.group('Configure', (group) => {
       `apiKey: env.get('PAYOUTS_API_KEY')`,
       `baseUrl: env.get('PAYOUTS_BASE_URL')`,
       `secret: env.get('PAYOUTS_WEBHOOK_SECRET')`,
+      `processing: env.get('PAYOUTS_PROCESSING', 'inline')`,
       `path: '/webhooks/payouts'`,
       `tablePrefix: 'svc_'`,
     ])
@@ -107,6 +108,7 @@ test.group('Configure', (group) => {
       'PAYOUTS_API_KEY: Env.schema.string.optional()',
       'PAYOUTS_WEBHOOK_SECRET: Env.schema.string.optional()',
       'PAYOUTS_REDIS_URL: Env.schema.string.optional()',
+      "PAYOUTS_PROCESSING: Env.schema.enum.optional(['inline', 'worker'] as const)",
     ])
     command.assertLog('  - node ace migration:run')
     // The key was given: no step asks for it.

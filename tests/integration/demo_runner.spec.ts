@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { fileURLToPath } from 'node:url'
 import { test } from '@japa/runner'
-import { EXIT_WITH_PARENT } from '../../scripts/demo_runner.ts'
+import { EXIT_WITH_PARENT, freePort, startDemo } from '../../scripts/demo_runner.ts'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 
@@ -58,4 +58,56 @@ test.group('Demo runner | the app never outlives its parent', () => {
     assert.isFalse(alive(pids.linked), 'the linked child exits with its parent')
     assert.isTrue(alive(pids.unlinked), 'without the link, the child runs on')
   }).timeout(30_000)
+})
+
+test.group('Demo runner | a worker beside the web process', () => {
+  test('a payout executed through the app is applied by the worker, which stops with the demo', async ({
+    assert,
+    cleanup,
+  }) => {
+    const workerLines: string[] = []
+    const demo = await startDemo({
+      port: await freePort(),
+      stepIntervalMs: 300,
+      output: 'ignore',
+      log: () => {},
+      workerLog: (line) => workerLines.push(line),
+    })
+    cleanup(() => demo.stop())
+
+    const executed = await fetch(`${demo.url}/api/payouts`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ flow: 'fiat_to_fiat', amount: 120 }),
+    })
+    assert.equal(executed.status, 200)
+    const { payoutId } = (await executed.json()) as { payoutId: string }
+
+    let status: string | undefined
+    const deadline = Date.now() + 60_000
+    while (status !== 'completed' && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      const payouts = (await (await fetch(`${demo.url}/api/payouts`)).json()) as any[]
+      status = payouts.find((payout) => payout.payoutUuid === payoutId)?.status
+    }
+    assert.equal(status, 'completed')
+
+    // The webhooks that moved it were stored by the app and processed by the worker.
+    const batches = workerLines
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line))
+      .filter((entry) => entry.msg === 'payouts worker batch')
+    assert.isAbove(
+      batches.reduce((sum, entry) => sum + entry.processed, 0),
+      0,
+      workerLines.join('\n')
+    )
+
+    const health = (await (await fetch(`${demo.url}/api/health`)).json()) as any
+    assert.equal(health.checks.inboxBacklog.status, 'ok')
+
+    await demo.stop()
+    assert.isNotNull(demo.worker.child.exitCode ?? demo.worker.child.signalCode)
+    assert.isNotNull(demo.app.child.exitCode ?? demo.app.child.signalCode)
+  }).timeout(240_000)
 })

@@ -15,6 +15,9 @@ const payoutsConfig = defineConfig({
   webhook: {
     path: '/webhooks/payouts',
     secret: env.get('PAYOUTS_WEBHOOK_SECRET'),
+    // PAYOUTS_PROCESSING=worker: the web process only stores deliveries, and
+    // node ace payouts:work processes them and runs the jobs.
+    processing: env.get('PAYOUTS_PROCESSING', 'inline'),
   },
   jobs: {
     // Several instances: set PAYOUTS_REDIS_URL to keep the jobs' locks in Redis.

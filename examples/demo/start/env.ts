@@ -36,5 +36,6 @@ export default await Env.create(new URL('../', import.meta.url), {
   PAYOUTS_API_KEY: Env.schema.string.optional(),
   PAYOUTS_BASE_URL: Env.schema.string({ format: "url", tld: false }),
   PAYOUTS_WEBHOOK_SECRET: Env.schema.string.optional(),
-  PAYOUTS_REDIS_URL: Env.schema.string.optional()
+  PAYOUTS_REDIS_URL: Env.schema.string.optional(),
+  PAYOUTS_PROCESSING: Env.schema.enum.optional(['inline', 'worker'] as const)
 })

@@ -20,7 +20,7 @@ async function emulatorAdmin(path: string, body?: unknown) {
 
 let recipient: { remoteId: string } | undefined
 
-/** The demo's page, its data, and the three flows. */
+/** The demo's page, its data and health report, and the three flows. */
 export default class PayoutsController {
   async page({ response }: HttpContext) {
     const html = await readFile(new URL('../../public/index.html', import.meta.url), 'utf8')
@@ -57,6 +57,11 @@ export default class PayoutsController {
           at: change.observedAt.toISO(),
         })),
     }))
+  }
+
+  /** The plugin's health report (what `node ace payouts:status` prints), for the page. */
+  async health() {
+    return payouts.health()
   }
 
   async events({ params }: HttpContext) {
