@@ -22,14 +22,7 @@ export default class PayoutsDeliveries extends PayoutsCommand<InboxDeliveryView[
   protected failure = 'Could not list deliveries'
 
   protected async accepted() {
-    const unknown = this.state?.find((s) => !STATES.includes(s as (typeof STATES)[number]))
-    if (unknown !== undefined) {
-      return this.refuse(`Unknown state "${unknown}". Use ${STATES.join(', ')}`)
-    }
-    if (!Number.isInteger(this.limit) || this.limit < 1) {
-      return this.refuse(`--limit must be a positive whole number, not "${this.limit}"`)
-    }
-    return true
+    return this.acceptListing(this.state, STATES, this.limit)
   }
 
   protected async perform(payouts: PayoutsService) {

@@ -51,14 +51,7 @@ export default class PayoutsIntents extends PayoutsCommand<IntentView[] | Intent
     if (this.as !== undefined && this.resolve === undefined) {
       return this.refuse('--as goes with --resolve <id>')
     }
-    const unknown = this.state?.find((s) => !STATES.includes(s))
-    if (unknown !== undefined) {
-      return this.refuse(`Unknown state "${unknown}". Use ${STATES.join(', ')}`)
-    }
-    if (!Number.isInteger(this.limit) || this.limit < 1) {
-      return this.refuse(`--limit must be a positive whole number, not "${this.limit}"`)
-    }
-    return true
+    return this.acceptListing(this.state, STATES, this.limit)
   }
 
   protected async perform(payouts: PayoutsService) {

@@ -35,6 +35,25 @@ export abstract class PayoutsCommand<Result> extends BaseCommand {
   }
 
   /**
+   * Refuses a listing's bad `--state` (one outside `allowed`) or `--limit` (not a positive
+   * whole number); answers true when both are fine.
+   */
+  protected acceptListing(
+    states: string[] | undefined,
+    allowed: readonly string[],
+    limit: number
+  ): boolean {
+    const unknown = states?.find((state) => !allowed.includes(state))
+    if (unknown !== undefined) {
+      return this.refuse(`Unknown state "${unknown}". Use ${allowed.join(', ')}`)
+    }
+    if (!Number.isInteger(limit) || limit < 1) {
+      return this.refuse(`--limit must be a positive whole number, not "${limit}"`)
+    }
+    return true
+  }
+
+  /**
    * Says why the input is refused (one line, or `{"error":{...}}` with `--json`) and
    * answers false, so `accepted` can `return this.refuse('...')`.
    */

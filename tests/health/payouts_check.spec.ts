@@ -8,6 +8,7 @@ import { dbDate } from '../../src/database/dates.ts'
 import { PayoutsEmulator } from '../../src/emulator/main.ts'
 import { PayoutsCheck } from '../../src/health/main.ts'
 import { signPayload } from '../../src/signature/main.ts'
+import { jsonOf } from '../commands/helpers.ts'
 import { startEmulator } from '../emulator/helpers.ts'
 import { createApp } from '../helpers/app.ts'
 import { TEST_DB } from '../helpers/database.ts'
@@ -75,16 +76,6 @@ const logsOf = (command: any) =>
     .getLogs()
     .map((log: any) => log.message)
     .join('\n')
-
-function jsonOf(command: any) {
-  const logs = command.logger.getLogs().map((log: any) => log.message as string)
-  for (const message of logs.toReversed()) {
-    try {
-      return JSON.parse(message)
-    } catch {}
-  }
-  throw new Error('the command printed no JSON')
-}
 
 test.group(`Health check (${TEST_DB})`, () => {
   test('a healthy integration is ok through HealthChecks, with the report as meta', async ({
