@@ -104,6 +104,12 @@ export default class PayoutsProvider {
     if (this.app.getEnvironment() !== 'web' || !this.app.container.hasBinding('lucid.db')) return
     const service = await this.app.container.make(PayoutsService)
     if (!service.config.ledger.enabled || service.config.webhook.processing === 'worker') return
+    // No key issued yet: the app still serves; what needs the service waits for a restart.
+    if (!service.config.apiKey) {
+      const logger = await this.app.container.make('logger')
+      logger.warn('payouts: PAYOUTS_API_KEY is not set; inbox processing and jobs are not started')
+      return
+    }
     service.startInboxWorker()
     if (service.config.events.sources !== 'webhooks') await service.startStream()
     if (service.config.jobs.enabled) await service.startJobs()
