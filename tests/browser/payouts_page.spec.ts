@@ -71,7 +71,7 @@ test.group('Browser | demo page', (group) => {
     await page.fill('#amount', '125')
     await page.click('#send')
     const fiat = page.locator('[data-testid=payout]', { hasText: 'fiat_to_fiat' })
-    await fiat.first().waitFor({ timeout: 15_000 })
+    await fiat.first().waitFor({ timeout: 30_000 })
     assert.equal(await page.locator('#error').textContent(), '')
     await page
       .locator('[data-testid=payout][data-status=completed]', { hasText: 'fiat_to_fiat' })
@@ -84,7 +84,7 @@ test.group('Browser | demo page', (group) => {
     await page.selectOption('#flow', 'stablecoin_to_fiat')
     await page.click('#send')
     const stable = page.locator('[data-testid=payout]', { hasText: 'stablecoin_to_fiat' })
-    await stable.locator('.escrow').waitFor({ timeout: 15_000 })
+    await stable.locator('.escrow').waitFor({ timeout: 30_000 })
     assert.match((await stable.locator('.escrow code').textContent()) ?? '', /^0x[0-9a-fA-F]{40}$/)
     await stable.locator('button[data-deposit]').click()
     await page
