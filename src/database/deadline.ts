@@ -1,6 +1,6 @@
 import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { E_PAYOUTS_TIMEOUT } from '../errors.ts'
-import { locksRows } from './dialects.ts'
+import { beginWriting, locksRows, transactionOptions } from './dialects.ts'
 
 /**
  * Settles as `work` does, or rejects with `E_PAYOUTS_TIMEOUT` once `ms` have passed. The
@@ -74,8 +74,18 @@ export function dropIdleConnections(client: QueryClientContract, reason: Error) 
   for (const idle of free) if (idle.resource) idle.resource.__knex__disposed = reason
 }
 
+/** What `boundedTransaction` runs under. */
+export interface TransactionBound {
+  /** Past this, `E_PAYOUTS_TIMEOUT`; 0 waits forever. */
+  timeoutMs: number
+  /** Named in the timeout error. */
+  what: string
+  /** A table the transaction writes: on SQLite its write lock is taken first (see `beginWriting`). */
+  writes: string
+}
+
 /**
- * A transaction bounded in time: past `ms` it rejects with `E_PAYOUTS_TIMEOUT` and its
+ * A transaction bounded in time: past `timeoutMs` it rejects with `E_PAYOUTS_TIMEOUT` and its
  * connection is dropped, so a database that stops answering without closing the socket
  * (a NAT or proxy dropping it silently) cannot hold the caller, or the pool slot, forever.
  * The connection is checked out here and handed to the transaction, so it can be dropped
@@ -84,15 +94,23 @@ export function dropIdleConnections(client: QueryClientContract, reason: Error) 
  * hears of it, and the pool never hands the connection out again. If COMMIT reached the
  * server before the stall, the work is done and only the answer is lost: every caller here
  * is safe to repeat (the ledger ignores what it has seen; the outbox fires un-notified
- * changes later). SQLite has no socket to stall; its transaction is only waited for.
+ * changes later). SQLite has no socket to stall; its transaction is only waited for, and
+ * takes the file's write lock before its first read, so another process writing the same
+ * file makes it wait instead of failing with "database is locked".
  */
 export function boundedTransaction<T>(
   client: QueryClientContract,
-  ms: number,
-  what: string,
+  { timeoutMs: ms, what, writes }: TransactionBound,
   work: (trx: TransactionClientContract) => Promise<T>
 ): Promise<T> {
-  if (!(ms > 0) || !locksRows(client)) return client.transaction(work)
+  const options = transactionOptions(client)
+  if (!locksRows(client)) {
+    return client.transaction(async (trx) => {
+      await beginWriting(trx, writes)
+      return work(trx)
+    }, options)
+  }
+  if (!(ms > 0)) return client.transaction(work, options)
   const pool = (client.getWriteClient() as any).client
   let connection: Record<string, unknown> | undefined
   let released = false
@@ -107,7 +125,7 @@ export function boundedTransaction<T>(
     // Given up before the pool answered: back to the pool (dropped, see below).
     if (expired) return release() as never
     try {
-      return await client.transaction(work, { connection } as any)
+      return await client.transaction(work, { ...options, connection } as any)
     } finally {
       release()
     }

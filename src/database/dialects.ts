@@ -1,4 +1,4 @@
-import type { QueryClientContract } from '@adonisjs/lucid/types/database'
+import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
 
 /** Lucid dialects whose SQL has INSERT ... ON CONFLICT DO NOTHING ... RETURNING. */
 export const RETURNING_DIALECTS = new Set([
@@ -11,9 +11,64 @@ export const RETURNING_DIALECTS = new Set([
 
 const SQLITE_DIALECTS = new Set(['sqlite3', 'better-sqlite3', 'libsql'])
 
+/** Whether this is SQLite: one writer for the whole file, no row locks. */
+export function isSqlite(client: QueryClientContract): boolean {
+  return SQLITE_DIALECTS.has(client.dialect.name)
+}
+
 /** Whether `SELECT ... FOR UPDATE` means something here (SQLite has one writer instead). */
 export function locksRows(client: QueryClientContract): boolean {
-  return !SQLITE_DIALECTS.has(client.dialect.name)
+  return !isSqlite(client)
+}
+
+/**
+ * On SQLite, makes a transaction a write transaction from its first statement, as `BEGIN
+ * IMMEDIATE` would (knex only says `BEGIN`): a DELETE that matches nothing takes the file's
+ * RESERVED lock. A transaction that reads first holds SHARED and must upgrade at its first
+ * write; while another process holds RESERVED, SQLite refuses that upgrade at once with
+ * SQLITE_BUSY ("database is locked"), without the busy timeout, since waiting could deadlock.
+ * Taken before any read, the lock is waited for like any statement's (the busy timeout:
+ * better-sqlite3's 5 s), so processes writing one file queue. Elsewhere nothing is run.
+ */
+export async function beginWriting(trx: TransactionClientContract, table: string) {
+  if (!isSqlite(trx)) return
+  await trx.rawQuery('DELETE FROM ?? WHERE 0', [table])
+}
+
+const MYSQL_DIALECTS = new Set(['mysql'])
+
+/** Whether this is MySQL or MariaDB (Lucid names both dialects `mysql`). */
+export function isMysql(client: QueryClientContract): boolean {
+  return MYSQL_DIALECTS.has(client.dialect.name)
+}
+
+/**
+ * Whether claims can read and lock due rows with `SELECT ... FOR UPDATE SKIP LOCKED` when
+ * there is no RETURNING: MySQL 8 and MariaDB 10.6 have it (the supported versions).
+ */
+export function skipsLockedRows(client: QueryClientContract): boolean {
+  return isMysql(client)
+}
+
+/**
+ * Options of the plugin's transactions. MySQL's default isolation, REPEATABLE READ, makes a
+ * locking read of a row that does not exist yet take a gap lock, and two instances that both
+ * then insert into the gap deadlock; at READ COMMITTED (PostgreSQL's default, the semantics
+ * the ledger and the inbox are written for) locking reads lock only the rows they find.
+ */
+export function transactionOptions(
+  client: QueryClientContract
+): { isolationLevel: 'read committed' } | undefined {
+  return isMysql(client) ? { isolationLevel: 'read committed' } : undefined
+}
+
+/**
+ * Whether the database chose this transaction as a deadlock's victim (MySQL/MariaDB 1213,
+ * PostgreSQL 40P01): it was rolled back whole, and running it again is the remedy.
+ */
+export function isDeadlock(error: unknown): boolean {
+  const { code, errno } = (error ?? {}) as { code?: string; errno?: number }
+  return code === 'ER_LOCK_DEADLOCK' || errno === 1213 || code === '40P01'
 }
 
 /** Rows an UPDATE touched: Lucid answers a count on some dialects, `[count]` on others. */

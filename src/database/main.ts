@@ -1,2 +1,9 @@
 /** `@svc/adonis-payouts/migrations`: the one source of truth of the plugin's tables. */
-export { createPayoutsTables, dropPayoutsTables, tableNames } from './schema.ts'
+export {
+  createPayoutsIndexes,
+  createPayoutsTables,
+  dropPayoutsIndexes,
+  dropPayoutsTables,
+  payoutsIndexes,
+  tableNames,
+} from './schema.ts'

@@ -23,9 +23,24 @@ export function tableNames(prefix = DEFAULT_TABLE_PREFIX) {
  */
 export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
   const t = tableNames(prefix)
+  const mysql = (schema as unknown as { client: { dialect: string } }).client.dialect === 'mysql'
   const money = (table: Knex.CreateTableBuilder, name: string) => table.string(name, 64).nullable()
+  // MySQL: DATETIME(3), not TIMESTAMP (its 2038 end, its session time zone, and its implicit
+  // DEFAULT/ON UPDATE CURRENT_TIMESTAMP where explicit_defaults_for_timestamp is off).
+  const at = (table: Knex.CreateTableBuilder, name: string) =>
+    mysql ? table.datetime(name, { precision: 3 }) : table.timestamp(name, { useTz: true })
+  // MySQL's TEXT ends at 64 KB; a stored body (256 KB as base64) or JSON needs MEDIUMTEXT.
+  const long = (table: Knex.CreateTableBuilder, name: string) => table.text(name, 'mediumtext')
+  // MySQL compares ids case-sensitively only under a binary collation (its default, as
+  // utf8mb4_general_ci, would make `dlv_A` a duplicate of `dlv_a`).
+  const binary = (table: Knex.CreateTableBuilder) => {
+    if (!mysql) return
+    table.charset('utf8mb4')
+    table.collate('utf8mb4_bin')
+  }
   return schema
     .createTable(t.payouts, (table) => {
+      binary(table)
       table.increments('id')
       table.string('payout_uuid', 64).notNullable().unique()
       table.string('read_id', 64).nullable().unique()
@@ -40,7 +55,7 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT
       money(table, 'payout_amount')
       table.string('payout_currency', 12).nullable()
       money(table, 'to_amount')
-      table.text('fees').nullable()
+      long(table, 'fees').nullable()
       money(table, 'partner_fx_rate')
       money(table, 'effective_rate')
       table.string('recipient_id', 64).nullable().index()
@@ -48,16 +63,17 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT
       table.string('payment_method', 64).nullable()
       table.string('payment_purpose', 255).nullable()
       table.string('reference', 255).nullable()
-      table.text('provider_metadata').nullable()
-      table.text('instructions').nullable()
-      table.timestamp('last_observed_at', { useTz: true }).nullable().index()
-      table.timestamp('status_changed_at', { useTz: true }).nullable()
-      table.timestamp('completed_at', { useTz: true }).nullable()
-      table.timestamp('created_at', { useTz: true }).notNullable()
-      table.timestamp('updated_at', { useTz: true }).notNullable()
+      long(table, 'provider_metadata').nullable()
+      long(table, 'instructions').nullable()
+      at(table, 'last_observed_at').nullable().index()
+      at(table, 'status_changed_at').nullable()
+      at(table, 'completed_at').nullable()
+      at(table, 'created_at').notNullable()
+      at(table, 'updated_at').notNullable()
       table.index(['status', 'last_observed_at'])
     })
     .createTable(t.payoutEvents, (table) => {
+      binary(table)
       table.increments('id')
       table.string('payout_uuid', 64).notNullable().index()
       table.string('source', 16).notNullable()
@@ -67,14 +83,15 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT
       table.boolean('applied').notNullable()
       table.string('reason', 255).nullable()
       table.string('delivery_id', 255).nullable()
-      table.timestamp('observed_at', { useTz: true }).notNullable()
+      at(table, 'observed_at').notNullable()
       // The read id this row was logged under before its placeholder merged into the UUID's row.
       table.string('merged_from', 64).nullable()
       // Outbox: null while the app events of an applied change have not fired yet.
-      table.timestamp('notified_at', { useTz: true }).nullable().index()
-      table.timestamp('created_at', { useTz: true }).notNullable()
+      at(table, 'notified_at').nullable().index()
+      at(table, 'created_at').notNullable()
     })
     .createTable(t.recipients, (table) => {
+      binary(table)
       table.increments('id')
       table.string('remote_id', 64).notNullable().unique()
       table.string('owner_id', 191).nullable().index()
@@ -83,30 +100,32 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT
       table.string('country', 2).nullable()
       table.string('currency', 12).nullable()
       table.string('type', 32).nullable()
-      table.text('payment_methods').nullable()
-      table.text('metadata').nullable()
-      table.timestamp('deleted_at', { useTz: true }).nullable()
-      table.timestamp('synced_at', { useTz: true }).nullable()
-      table.timestamp('created_at', { useTz: true }).notNullable()
-      table.timestamp('updated_at', { useTz: true }).notNullable()
+      long(table, 'payment_methods').nullable()
+      long(table, 'metadata').nullable()
+      at(table, 'deleted_at').nullable()
+      at(table, 'synced_at').nullable()
+      at(table, 'created_at').notNullable()
+      at(table, 'updated_at').notNullable()
     })
     .createTable(t.webhookDeliveries, (table) => {
+      binary(table)
       table.increments('id')
       table.string('delivery_id', 255).notNullable().unique()
       table.string('event_type', 100).notNullable()
       // Base64 of the exact bytes received, so a body that is not UTF-8 survives.
-      table.text('raw_body').notNullable()
+      long(table, 'raw_body').notNullable()
       table.string('signature_header', 4096).nullable()
       table.string('source', 16).notNullable()
       table.string('state', 16).notNullable()
       table.integer('attempts').notNullable().defaultTo(0)
-      table.timestamp('next_attempt_at', { useTz: true }).nullable()
-      table.text('last_error').nullable()
-      table.timestamp('received_at', { useTz: true }).notNullable()
-      table.timestamp('processed_at', { useTz: true }).nullable()
+      at(table, 'next_attempt_at').nullable()
+      long(table, 'last_error').nullable()
+      at(table, 'received_at').notNullable()
+      at(table, 'processed_at').nullable()
       table.index(['state', 'next_attempt_at'])
     })
     .createTable(t.escrowDeposits, (table) => {
+      binary(table)
       table.increments('id')
       table.string('quote_id', 64).notNullable().unique()
       table.string('payout_uuid', 64).nullable().index()
@@ -115,37 +134,39 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT
       table.integer('chain_id').nullable()
       table.string('amount_atomic', 80).nullable()
       table.string('tx_hash', 80).nullable()
-      table.timestamp('tx_confirmed_at', { useTz: true }).nullable()
+      at(table, 'tx_confirmed_at').nullable()
       table.string('state', 32).notNullable()
-      table.text('last_error').nullable()
+      long(table, 'last_error').nullable()
       // The fallback's bounded retries: confirmations the service refused, the last one's
       // code, and when the next may be sent.
       table.integer('attempts').notNullable().defaultTo(0)
       table.string('last_error_code', 64).nullable()
-      table.timestamp('next_attempt_at', { useTz: true }).nullable()
-      table.timestamp('confirm_attempted_at', { useTz: true }).nullable()
+      at(table, 'next_attempt_at').nullable()
+      at(table, 'confirm_attempted_at').nullable()
       // The payout_events row whose change showed the service had detected the deposit.
       table.integer('confirmed_by_event_id').nullable()
-      table.timestamp('created_at', { useTz: true }).notNullable()
-      table.timestamp('updated_at', { useTz: true }).notNullable()
+      at(table, 'created_at').notNullable()
+      at(table, 'updated_at').notNullable()
     })
     .createTable(t.executionIntents, (table) => {
+      binary(table)
       table.increments('id')
       table.string('idempotency_key', 255).notNullable().unique()
       table.string('owner_id', 191).nullable().index()
       table.string('flow', 32).notNullable()
-      table.text('request_body').notNullable()
+      long(table, 'request_body').notNullable()
       table.string('body_hash', 64).notNullable()
       table.string('state', 32).notNullable().index()
       table.integer('attempts').notNullable().defaultTo(0)
       table.string('payout_uuid', 64).nullable()
-      table.text('response').nullable()
-      table.text('error').nullable()
-      table.timestamp('last_attempt_at', { useTz: true }).nullable()
-      table.timestamp('created_at', { useTz: true }).notNullable()
-      table.timestamp('updated_at', { useTz: true }).notNullable()
+      long(table, 'response').nullable()
+      long(table, 'error').nullable()
+      at(table, 'last_attempt_at').nullable()
+      at(table, 'created_at').notNullable()
+      at(table, 'updated_at').notNullable()
     })
     .createTable(t.webhookSecrets, (table) => {
+      binary(table)
       // Signing secrets of the subscriptions made by payouts:webhooks:create, encrypted
       // with the app's APP_KEY. Rotations keep no previous secret (the service allows no
       // overlap): previous_secret is only ever cleared, and never accepted.
@@ -154,11 +175,12 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT
       table.string('url', 2048).notNullable()
       table.text('secret').notNullable()
       table.text('previous_secret').nullable()
-      table.timestamp('previous_valid_until', { useTz: true }).nullable()
-      table.timestamp('created_at', { useTz: true }).notNullable()
-      table.timestamp('updated_at', { useTz: true }).notNullable()
+      at(table, 'previous_valid_until').nullable()
+      at(table, 'created_at').notNullable()
+      at(table, 'updated_at').notNullable()
     })
     .createTable(t.locks, (table) => {
+      binary(table)
       // The schema @verrou/core's knex store expects: the scheduler's job locks.
       table.string('key', 255).notNullable().primary()
       table.string('owner').notNullable()
@@ -178,4 +200,47 @@ export function dropPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT_T
     .dropTableIfExists(t.recipients)
     .dropTableIfExists(t.payoutEvents)
     .dropTableIfExists(t.payouts)
+}
+
+/**
+ * The indexes that keep the hot queries index-driven on a ledger of millions of payouts
+ * (issue #20): the health report, the reconciler's and the escrow job's queries, replay by
+ * time, pruning. A second migration (`add_payouts_indexes`), so an install whose tables
+ * exist already gets them too. Named, so `dropPayoutsIndexes` can remove them.
+ */
+export function payoutsIndexes(prefix = DEFAULT_TABLE_PREFIX) {
+  const t = tableNames(prefix)
+  return [
+    // stuck payouts (health): non-terminal ones created before a cutoff.
+    { table: t.payouts, columns: ['status', 'created_at'] },
+    // the newest delivery (health), payouts:replay --since/--until.
+    { table: t.webhookDeliveries, columns: ['received_at'] },
+    // pruning: processed rows past their retention, oldest first. With the state in front:
+    // SQLite, which has no statistics, prefers an index that matches an equality.
+    { table: t.webhookDeliveries, columns: ['state', 'processed_at'] },
+    // the deposit a change confirmed (after COMMIT and on renotify).
+    { table: t.escrowDeposits, columns: ['confirmed_by_event_id'] },
+    // the escrow fallback job's due deposits, oldest on-chain confirmation first.
+    { table: t.escrowDeposits, columns: ['state', 'tx_confirmed_at'] },
+  ].map((index) => ({ ...index, name: `${index.table}_${index.columns.join('_')}_index` }))
+}
+
+/** Adds the indexes of `payoutsIndexes` to existing tables (the second migration's `up`). */
+export function createPayoutsIndexes(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
+  for (const index of payoutsIndexes(prefix)) {
+    schema.alterTable(index.table, (table) => {
+      table.index(index.columns, index.name)
+    })
+  }
+  return schema
+}
+
+/** Removes them (the second migration's `down`). */
+export function dropPayoutsIndexes(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
+  for (const index of payoutsIndexes(prefix)) {
+    schema.alterTable(index.table, (table) => {
+      table.dropIndex(index.columns, index.name)
+    })
+  }
+  return schema
 }

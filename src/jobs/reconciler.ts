@@ -38,6 +38,9 @@ export interface ReconcileSummary {
   stoppedForError: boolean
 }
 
+/** The statuses a payout can still leave. */
+const NON_TERMINAL = ['pending', 'processing']
+
 /**
  * Failures that are not about one payout, reading on would fail the same way: no answer,
  * the key refused (a wrong environment included), rate limited, the service failing.
@@ -70,18 +73,10 @@ export class Reconciler {
   }
 
   async run(overrides: { staleAfterMs?: number } = {}): Promise<ReconcileSummary> {
-    const { db, ledger, client, connection, batchSize, budgetShare } = this.#options
+    const { ledger, client, batchSize, budgetShare } = this.#options
     const staleAfterMs = overrides.staleAfterMs ?? this.#options.staleAfterMs
     const cutoff = this.#options.now().minus({ milliseconds: staleAfterMs })
-    const payouts = await Payout.query({ connection })
-      .whereIn('status', ['pending', 'processing'])
-      .where((q) =>
-        q
-          .whereNull('last_observed_at')
-          .orWhere('last_observed_at', '<=', dbDate(db.connection(connection), cutoff))
-      )
-      .orderBy('last_observed_at', 'asc')
-      .limit(batchSize)
+    const payouts = await this.#stale(cutoff, batchSize)
     const summary: ReconcileSummary = {
       checked: 0,
       changed: 0,
@@ -125,6 +120,36 @@ export class Reconciler {
       }
     }
     return summary
+  }
+
+  /**
+   * Up to `limit` non-terminal payouts not observed since `cutoff`: never observed first,
+   * then oldest observation first. One query per status, each a range of the (status,
+   * last_observed_at) index read in its order: a single query with an OR or an IN would
+   * read and sort every non-terminal payout, however recently observed, on each run.
+   */
+  async #stale(cutoff: DateTime, limit: number): Promise<Payout[]> {
+    const { db, connection } = this.#options
+    const never = await Payout.query({ connection })
+      .whereIn('status', NON_TERMINAL)
+      .whereNull('last_observed_at')
+      .orderBy('id', 'asc')
+      .limit(limit)
+    if (never.length >= limit) return never
+    const before = dbDate(db.connection(connection), cutoff)
+    const byStatus = await Promise.all(
+      NON_TERMINAL.map((status) =>
+        Payout.query({ connection })
+          .where('status', status)
+          .where('last_observed_at', '<=', before)
+          .orderBy('last_observed_at', 'asc')
+          .limit(limit - never.length)
+      )
+    )
+    const stale = byStatus
+      .flat()
+      .sort((a, b) => a.lastObservedAt!.toMillis() - b.lastObservedAt!.toMillis())
+    return [...never, ...stale].slice(0, limit)
   }
 
   /** Raises payouts:stuck once per payout (remembered as a payout_events row). */

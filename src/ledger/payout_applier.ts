@@ -1,7 +1,7 @@
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
 import { dbDate } from '../database/dates.ts'
-import { locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
+import { isMysql, locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
 import { insertPendingPayouts, snapshotOf } from './payout_rows.ts'
@@ -118,7 +118,7 @@ export class PayoutApplier {
         return x < y ? -1 : x > y ? 1 : a - b
       })
     const outcomes: Array<AppliedOutcome<Payout>> = []
-    if (all.length > 1 && RETURNING_DIALECTS.has(trx.dialect.name)) {
+    if (all.length > 1 && (RETURNING_DIALECTS.has(trx.dialect.name) || isMysql(trx))) {
       outcomes.push(
         ...(await this.#applySet(
           trx,
@@ -170,8 +170,8 @@ export class PayoutApplier {
    * A set of observations (sorted by payout id) in a few statements instead of a few per
    * observation: one SELECT locks every known payout (in id order, so two instances never
    * deadlock on them), one INSERT-or-ignore adds the new ones, the reducer runs in memory,
-   * each payout is saved once and the log gets one multi-row INSERT. Same result, row for
-   * row, as applying them one by one.
+   * each payout is saved once and the log gets one multi-row INSERT (MySQL: one per row).
+   * Same result, row for row, as applying them one by one.
    */
   async #applySet(
     trx: TransactionClientContract,
@@ -197,17 +197,12 @@ export class PayoutApplier {
       row.useTransaction(trx)
       await row.save()
     }
-    const inserted: Array<{ id: number }> = await trx
-      .knexQuery()
-      .table(PayoutEvent.table)
-      .insert(
-        applied.map((a) =>
-          toEventColumns(trx, logEntry(a.row, a.observation, a.advance, a.observedAt))
-        )
+    const ids = await this.#log(
+      trx,
+      applied.map((a) =>
+        toEventColumns(trx, logEntry(a.row, a.observation, a.advance, a.observedAt))
       )
-      .returning('id')
-    // One statement numbers its rows in VALUES order; RETURNING's own order is not promised.
-    const ids = inserted.map((r) => Number(r.id)).sort((x, y) => x - y)
+    )
     if (ids.length !== applied.length) throw new Error('payout events were not all logged')
     const outcomes = applied.map((a, index) =>
       this.#outcome(a.snapshot, a.observation, a.advance, a.observedAt, ids[index])
@@ -215,6 +210,26 @@ export class PayoutApplier {
     const changes = outcomes.flatMap(({ change }) => (change ? [change] : []))
     if (changes.length > 0) await this.hooks.inTransaction?.(trx, changes)
     return outcomes
+  }
+
+  /**
+   * Appends the log rows and answers their ids, in the order given: one multi-row INSERT
+   * ... RETURNING, or on MySQL, which has no RETURNING, one INSERT per row (a multi-row
+   * INSERT there tells only its first id, and consecutive ids are not promised).
+   */
+  async #log(trx: TransactionClientContract, rows: Array<Record<string, unknown>>) {
+    const table = () => trx.knexQuery().table(PayoutEvent.table)
+    if (!RETURNING_DIALECTS.has(trx.dialect.name)) {
+      const ids: number[] = []
+      for (const row of rows) {
+        const [id] = (await table().insert(row)) as unknown as number[]
+        ids.push(Number(id))
+      }
+      return ids
+    }
+    const inserted: Array<{ id: number }> = await table().insert(rows).returning('id')
+    // One statement numbers its rows in VALUES order; RETURNING's own order is not promised.
+    return inserted.map((r) => Number(r.id)).sort((x, y) => x - y)
   }
 
   /**

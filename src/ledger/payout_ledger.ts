@@ -1,10 +1,15 @@
 import type { Database } from '@adonisjs/lucid/database'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { boundedTransaction } from '../database/deadline.ts'
-import type Payout from '../models/payout.ts'
+import { isDeadlock } from '../database/dialects.ts'
+import debug from '../debug.ts'
+import Payout from '../models/payout.ts'
 import { PayoutApplier, type ApplyHooks } from './payout_applier.ts'
 import { PayoutOutbox, type NotifiedOutcomes, type OutboxHooks } from './payout_outbox.ts'
 import type { AppliedBatch, ApplyResult, PayoutObservation } from './vocabulary.ts'
+
+/** Runs of one batch when the database picks it as a deadlock's victim (see `applyBatch`). */
+const DEADLOCK_ATTEMPTS = 3
 
 /** What the ledger's owner runs around a change: inside its transaction and after COMMIT. */
 export type LedgerHooks = ApplyHooks & OutboxHooks
@@ -45,18 +50,35 @@ export class PayoutLedger {
    * instead of one per row. Payouts are locked in id order (observations of one payout keep
    * their order), so two instances applying batches never wait on each other in a cycle.
    * If any observation fails, nothing is applied and this throws; the caller then applies
-   * them one by one, each with its own retries. Changes are notified after COMMIT.
+   * them one by one, each with its own retries. A transaction the database rolled back as a
+   * deadlock's victim (MySQL's locking of new rows can make one between two instances
+   * inserting payouts side by side) is run again, up to `DEADLOCK_ATTEMPTS` times in all.
+   * Changes are notified after COMMIT.
    */
   async applyBatch(observations: PayoutObservation[]): Promise<Array<ApplyResult<Payout>>> {
     if (observations.length === 0) return []
-    const batch = await boundedTransaction(
-      this.db.connection(this.connection),
-      this.transactionTimeoutMs,
-      'ledger transaction',
-      (trx) => this.applyBatchInTransaction(trx, observations)
-    )
+    const batch = await this.#applyRetryingDeadlocks(observations)
     await this.notifyBatch(batch)
     return batch.results
+  }
+
+  async #applyRetryingDeadlocks(observations: PayoutObservation[]) {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await boundedTransaction(
+          this.db.connection(this.connection),
+          {
+            timeoutMs: this.transactionTimeoutMs,
+            what: 'ledger transaction',
+            writes: Payout.table,
+          },
+          (trx) => this.applyBatchInTransaction(trx, observations)
+        )
+      } catch (error) {
+        if (!isDeadlock(error) || attempt >= DEADLOCK_ATTEMPTS) throw error
+        debug('ledger: a deadlock rolled the batch back, attempt %d', attempt + 1)
+      }
+    }
   }
 
   /**

@@ -44,6 +44,12 @@ export interface PruneSummary {
 interface Target {
   table: string
   where: (query: any, client: QueryClientContract) => any
+  /**
+   * The order batches are taken in: the indexed column that the condition bounds, so each
+   * batch is read from an index range and stops at `batchSize`. Ordered by id instead, a
+   * run with nothing left to remove reads the whole table by its primary key.
+   */
+  orderBy: string
 }
 
 /**
@@ -76,6 +82,7 @@ export class Pruner {
         table: tables.webhookDeliveries,
         where: (q, client) =>
           q.where('state', 'processed').where('processed_at', '<', dbDate(client, processedBefore)),
+        orderBy: 'processed_at',
       }),
       deadLetters: options.deadLetters
         ? await run({
@@ -88,6 +95,7 @@ export class Pruner {
                   '<',
                   dbDate(client, new Date(now.getTime() - DEDUP_WINDOW_MS))
                 ),
+            orderBy: 'id',
           })
         : 0,
       finishedIntents: await run({
@@ -96,6 +104,7 @@ export class Pruner {
           q
             .whereIn('state', FINISHED_INTENT_STATES)
             .where('updated_at', '<', dbDate(client, intentsBefore)),
+        orderBy: 'id',
       }),
     }
   }
@@ -124,7 +133,11 @@ export class Pruner {
     let removed = 0
     for (;;) {
       const rows: Array<{ id: number }> = await this.#bounded(
-        target.where(client.from(target.table).select('id'), client).orderBy('id').limit(batchSize),
+        target
+          .where(client.from(target.table).select('id'), client)
+          .orderBy(target.orderBy)
+          .orderBy('id')
+          .limit(batchSize),
         `prune select ${target.table}`
       )
       if (rows.length === 0) return removed

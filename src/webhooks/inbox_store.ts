@@ -1,6 +1,11 @@
 import type { Database } from '@adonisjs/lucid/database'
 import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
-import { affectedRows, locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
+import {
+  affectedRows,
+  locksRows,
+  RETURNING_DIALECTS,
+  skipsLockedRows,
+} from '../database/dialects.ts'
 import { dbDate } from '../database/dates.ts'
 import {
   boundedTransaction,
@@ -49,6 +54,9 @@ interface PendingInsert {
   reject: (error: unknown) => void
 }
 
+/** The columns a claim reads back. */
+const CLAIMED_COLUMNS = ['id', 'delivery_id', 'event_type', 'raw_body', 'source', 'attempts']
+
 /** Rows per statement: far below every dialect's bound-parameter limit (8 per row). */
 const MAX_BATCH = 200
 
@@ -75,7 +83,10 @@ export class InboxStore {
     private table: string,
     private connection?: string,
     private options: {
-      /** Forces row-by-row inserts and claims (what MySQL gets), for tests on other dialects. */
+      /**
+       * Forces row-by-row inserts and leased claims (the path a failed batch takes), for
+       * tests of that path on every dialect.
+       */
       rowByRow?: boolean
       /**
        * How long one insert statement may take before its waiters fail and the next batch
@@ -94,6 +105,14 @@ export class InboxStore {
   /** Multi-row statements with RETURNING here (not MySQL, nor when row by row is forced). */
   #batches(client: QueryClientContract): boolean {
     return !this.options.rowByRow && RETURNING_DIALECTS.has(client.dialect.name)
+  }
+
+  /**
+   * Group commit here: one statement per batch with RETURNING, or on MySQL one transaction
+   * that reads which ids exist and inserts the rest in one `INSERT IGNORE`.
+   */
+  #groupsInserts(client: QueryClientContract): boolean {
+    return this.#batches(client) || (!this.options.rowByRow && skipsLockedRows(client))
   }
 
   /**
@@ -120,9 +139,8 @@ export class InboxStore {
     while (this.#waiting.length > 0) {
       const batch = this.#waiting.splice(0, MAX_BATCH)
       const client = this.#client()
-      if (!this.#batches(client)) {
-        // No INSERT ... ON CONFLICT ... RETURNING (MySQL, MariaDB): one row at a time,
-        // each delivery told its own outcome.
+      if (!this.#groupsInserts(client)) {
+        // Row by row forced: one row at a time, each delivery told its own outcome.
         for (const entry of batch) {
           await this.#bounded(this.#insertOne(client, entry.input)).then(
             entry.resolve,
@@ -179,6 +197,18 @@ export class InboxStore {
     })
     const receivedAt = dbDate(client)
     const rows = [...firstIndex.values()].map((index) => this.#row(inputs[index], receivedAt))
+    const stored = this.#batches(client)
+      ? await this.#insertReturning(client, rows)
+      : await this.#insertIgnoring(client, rows)
+    return inputs.map((input, index) =>
+      firstIndex.get(input.deliveryId) === index && stored.has(input.deliveryId)
+        ? 'stored'
+        : 'duplicate'
+    )
+  }
+
+  /** The delivery ids one `INSERT ... ON CONFLICT DO NOTHING RETURNING` stored. */
+  async #insertReturning(client: QueryClientContract, rows: Array<{ delivery_id: string }>) {
     const inserted: Array<{ delivery_id: string }> = await this.#statementTimeout(
       client
         .knexQuery()
@@ -188,22 +218,52 @@ export class InboxStore {
         .ignore()
         .returning('delivery_id')
     )
-    const stored = new Set(inserted.map((row) => row.delivery_id))
-    return inputs.map((input, index) =>
-      firstIndex.get(input.deliveryId) === index && stored.has(input.deliveryId)
-        ? 'stored'
-        : 'duplicate'
-    )
+    return new Set(inserted.map((row) => row.delivery_id))
+  }
+
+  /**
+   * MySQL has no RETURNING: in one transaction, the ids already stored are read and the
+   * others inserted in one INSERT (not `INSERT IGNORE`, which would also turn a refused
+   * value into a stored default). A delivery another instance stores in between fails that
+   * INSERT as a duplicate: the batch is then stored row by row, each row told its outcome.
+   */
+  async #insertIgnoring(client: QueryClientContract, rows: Array<{ delivery_id: string }>) {
+    const ids = rows.map((row) => row.delivery_id)
+    const timeoutMs = this.options.insertTimeoutMs ?? 0
+    try {
+      return await boundedTransaction(
+        client,
+        { timeoutMs, what: 'inbox insert', writes: this.table },
+        async (trx) => {
+          const existing: Array<{ delivery_id: string }> = await this.#statementTimeout(
+            trx.knexQuery().table(this.table).select('delivery_id').whereIn('delivery_id', ids)
+          )
+          const known = new Set(existing.map((row) => row.delivery_id))
+          const fresh = rows.filter((row) => !known.has(row.delivery_id))
+          if (fresh.length > 0) {
+            await this.#statementTimeout(trx.knexQuery().table(this.table).insert(fresh))
+          }
+          return new Set(fresh.map((row) => row.delivery_id))
+        }
+      )
+    } catch (error) {
+      if (!isUniqueViolation(error)) throw error
+      const stored = new Set<string>()
+      for (const row of rows) {
+        if ((await this.#insertRow(client, row)) === 'stored') stored.add(row.delivery_id)
+      }
+      return stored
+    }
   }
 
   async #insertOne(client: QueryClientContract, input: InboxDeliveryInput) {
+    return this.#insertRow(client, this.#row(input, dbDate(client)))
+  }
+
+  /** One row on its own: stored, or found stored already. */
+  async #insertRow(client: QueryClientContract, row: object) {
     try {
-      await this.#statementTimeout(
-        client
-          .knexQuery()
-          .table(this.table)
-          .insert(this.#row(input, dbDate(client)))
-      )
+      await this.#statementTimeout(client.knexQuery().table(this.table).insert(row))
       return 'stored' as const
     } catch (error) {
       if (isUniqueViolation(error)) return 'duplicate' as const
@@ -259,7 +319,7 @@ export class InboxStore {
           next_attempt_at: lease,
           attempts: client.knexRawQuery('attempts + 1'),
         })
-        .returning(['id', 'delivery_id', 'event_type', 'raw_body', 'source', 'attempts'])
+        .returning(CLAIMED_COLUMNS)
       return claimedRows.map(toInboxRow).sort((x, y) => x.id - y.id)
     }
 
@@ -280,9 +340,13 @@ export class InboxStore {
     return claimed
   }
 
-  /** Whether `processDueInTransaction` works here (it needs UPDATE ... RETURNING). */
+  /**
+   * Whether `processDueInTransaction` works here: with UPDATE ... RETURNING, or with
+   * `SELECT ... FOR UPDATE SKIP LOCKED` (MySQL 8, MariaDB 10.6), unless row by row is forced.
+   */
   get claimsInTransaction(): boolean {
-    return this.#batches(this.#client())
+    const client = this.#client()
+    return this.#batches(client) || (!this.options.rowByRow && skipsLockedRows(client))
   }
 
   /**
@@ -298,42 +362,103 @@ export class InboxStore {
     work: (trx: TransactionClientContract, rows: InboxRow[]) => Promise<InboxVerdict[]>
   ): Promise<{ rows: InboxRow[]; verdicts: InboxVerdict[] } | null> {
     const timeoutMs = this.options.transactionTimeoutMs ?? 0
-    return boundedTransaction(this.#client(), timeoutMs, 'inbox processing', async (trx) => {
-      // Claimed in one statement (the job-queue form): the subquery picks due rows in id
-      // order and, on PostgreSQL, locks them, skipping rows another instance holds.
-      const candidates = this.#due(trx.knexQuery().table(this.table).select('id'), trx, now)
-        .orderBy('id', 'asc')
-        .limit(limit)
-      if (locksRows(trx)) candidates.forUpdate().skipLocked()
-      const claimed: any[] = await this.#due(
-        trx.knexQuery().table(this.table).whereIn('id', candidates),
-        trx,
-        now
-      )
-        .update({
-          state: 'processed',
-          processed_at: dbDate(trx, now),
-          next_attempt_at: null,
-          last_error: null,
-          attempts: trx.knexRawQuery('attempts + 1'),
-        })
-        .returning(['id', 'delivery_id', 'event_type', 'raw_body', 'source', 'attempts'])
-      if (claimed.length === 0) return null
-      const rows = claimed.map(toInboxRow).sort((x, y) => x.id - y.id)
-      const verdicts = await work(trx, rows)
-      for (const [index, verdict] of verdicts.entries()) {
-        if (verdict.state === 'processed' && verdict.note === null) continue
-        await trx
-          .from(this.table)
-          .where('id', rows[index].id)
-          .update({
-            state: verdict.state,
-            processed_at: verdict.state === 'dead' ? null : dbDate(trx, now),
-            last_error: (verdict.note ?? '').slice(0, 2000),
-          })
+    return boundedTransaction(
+      this.#client(),
+      { timeoutMs, what: 'inbox processing', writes: this.table },
+      async (trx) => {
+        const claimed = this.#batches(trx)
+          ? await this.#claimReturning(trx, now, limit)
+          : await this.#claimLocking(trx, now, limit)
+        if (claimed.length === 0) return null
+        const rows = claimed.map(toInboxRow).sort((x, y) => x.id - y.id)
+        const verdicts = await work(trx, rows)
+        for (const [index, verdict] of verdicts.entries()) {
+          if (verdict.state === 'processed' && verdict.note === null) continue
+          await trx
+            .from(this.table)
+            .where('id', rows[index].id)
+            .update({
+              state: verdict.state,
+              processed_at: verdict.state === 'dead' ? null : dbDate(trx, now),
+              last_error: (verdict.note ?? '').slice(0, 2000),
+            })
+        }
+        return { rows, verdicts }
       }
-      return { rows, verdicts }
-    })
+    )
+  }
+
+  /** What a claim marks on its rows: done, unless the transaction rolls back. */
+  #claimedColumns(trx: TransactionClientContract, now: Date) {
+    return {
+      state: 'processed',
+      processed_at: dbDate(trx, now),
+      next_attempt_at: null,
+      last_error: null,
+      attempts: trx.knexRawQuery('attempts + 1'),
+    }
+  }
+
+  /**
+   * Claimed in one statement (the job-queue form): the subquery picks due rows in id order
+   * and, on PostgreSQL, locks them, skipping rows another instance holds.
+   */
+  async #claimReturning(trx: TransactionClientContract, now: Date, limit: number) {
+    const candidates = this.#due(trx.knexQuery().table(this.table).select('id'), trx, now)
+      .orderBy('id', 'asc')
+      .limit(limit)
+    if (locksRows(trx)) candidates.forUpdate().skipLocked()
+    const claimed: any[] = await this.#due(
+      trx.knexQuery().table(this.table).whereIn('id', candidates),
+      trx,
+      now
+    )
+      .update(this.#claimedColumns(trx, now))
+      .returning(CLAIMED_COLUMNS)
+    return claimed
+  }
+
+  /**
+   * Claimed without RETURNING (MySQL): due rows are read and locked with `SELECT ... FOR
+   * UPDATE SKIP LOCKED`, skipping rows another instance holds, then marked with one UPDATE.
+   * The locks last until COMMIT, so no other instance can claim them in between. InnoDB
+   * locks every row a locking read reads before it sorts, so each read follows the
+   * `(state, next_attempt_at)` index instead, stopping at `limit`: new rows (pending, no
+   * lease) come in id order, then due retries and expired leases in due order. A read
+   * sorted by id across them all would lock every due row, and leave the other instances
+   * nothing to take.
+   */
+  async #claimLocking(trx: TransactionClientContract, now: Date, limit: number) {
+    const pick = (query: any, count: number): Promise<any[]> =>
+      query.select(CLAIMED_COLUMNS).limit(count).forUpdate().skipLocked()
+    const table = () => trx.knexQuery().table(this.table)
+    const picked = await pick(
+      table().where('state', 'pending').whereNull('next_attempt_at').orderBy('id', 'asc'),
+      limit
+    )
+    if (picked.length < limit) {
+      picked.push(
+        ...(await pick(
+          table()
+            .whereIn('state', ['failed', 'processing'])
+            .where('next_attempt_at', '<=', dbDate(trx, now))
+            .orderBy([
+              { column: 'state', order: 'asc' },
+              { column: 'next_attempt_at', order: 'asc' },
+              { column: 'id', order: 'asc' },
+            ]),
+          limit - picked.length
+        ))
+      )
+    }
+    if (picked.length === 0) return []
+    await table()
+      .whereIn(
+        'id',
+        picked.map((row) => row.id)
+      )
+      .update(this.#claimedColumns(trx, now))
+    return picked.map((row) => ({ ...row, attempts: Number(row.attempts) + 1 }))
   }
 
   /** Due rows: new ones, failed ones past their backoff, processing ones past their lease. */

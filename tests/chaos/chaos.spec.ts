@@ -655,8 +655,8 @@ test.group(`Chaos | ${N} payouts, faults, two SIGKILLs, a stall, a rotation (${T
     )
     const stallFigures = [
       `${STALL_MS} ms at ${stallProgress}/${N}`,
-      TEST_DB === 'pg'
-        ? 'every flow to PostgreSQL dropped'
+      TEST_DB !== 'sqlite'
+        ? `every flow to ${TEST_DB === 'pg' ? 'PostgreSQL' : 'MySQL'} dropped`
         : 'SQLite write-locked by another process',
       `webhook answers while it lasted ${answers(stall.startedAt, stall.endedAt)}, in the ${ACK_TIMEOUT_MS} ms after ${answers(stall.endedAt + 1, stall.endedAt + ACK_TIMEOUT_MS)} (503 in the run ${requests.filter((r) => r.status === 503).length})`,
       `executes failed during it ${executeErrors.filter((e) => duringStall(e.at)).length} (in the run ${executeErrors.length})`,

@@ -8,10 +8,14 @@ import { AppFactory } from '@adonisjs/core/factories/app'
 import { Logger } from '@adonisjs/core/logger'
 import { Database } from '@adonisjs/lucid/database'
 import { BaseModel } from '@adonisjs/lucid/orm'
-import { createPayoutsTables, dropPayoutsTables } from '../../src/database/schema.ts'
+import {
+  createPayoutsIndexes,
+  createPayoutsTables,
+  dropPayoutsTables,
+} from '../../src/database/schema.ts'
 import { seededRandom } from '../../src/emulator/random.ts'
 import { configureModels } from '../../src/models/main.ts'
-import { connectionConfig } from '../helpers/database.ts'
+import { connectionConfig, portVariable } from '../helpers/database.ts'
 import { TcpProxy } from '../helpers/tcp_proxy.ts'
 
 export type ChaosFlow = 'fiat_to_fiat' | 'stablecoin_to_fiat' | 'onramp'
@@ -197,7 +201,8 @@ export async function openDatabase(
   keep: () => boolean
 ) {
   const base = connectionConfig('chaos')
-  const connection = base.client === 'pg' ? base : { ...base, connection: { filename: sqliteFile } }
+  const connection =
+    base.client !== 'better-sqlite3' ? base : { ...base, connection: { filename: sqliteFile } }
   const app = new AppFactory().create(new URL('../tmp/', import.meta.url))
   await app.init()
   const logger = new Logger({ enabled: false })
@@ -209,10 +214,11 @@ export async function openDatabase(
   BaseModel.useAdapter(db.modelAdapter())
   const prefix = `c${Math.random().toString(36).slice(2, 8)}_`
   configureModels(prefix)
-  await createPayoutsTables(db.connection().schema, prefix)
+  await createPayoutsIndexes(createPayoutsTables(db.connection().schema, prefix), prefix)
   cleanup(async () => {
     // A failed SQLite run keeps its file (next to the logs) for inspection.
-    if (base.client === 'pg' || !keep()) await dropPayoutsTables(db.connection().schema, prefix)
+    if (base.client !== 'better-sqlite3' || !keep())
+      await dropPayoutsTables(db.connection().schema, prefix)
     await db.manager.closeAll()
   })
   return { db, prefix }
@@ -238,12 +244,12 @@ export async function databaseStaller(
   sqliteFile: string
 ): Promise<{ env: Record<string, string>; stall: (ms: number) => Promise<StallFigures> }> {
   const base = connectionConfig('chaos') as any
-  if (base.client === 'pg') {
+  if (base.client !== 'better-sqlite3') {
     const proxy = new TcpProxy({ host: base.connection.host, port: base.connection.port })
     await proxy.start()
     cleanup(() => proxy.close())
     return {
-      env: { PG_PORT: String(proxy.port) },
+      env: { [portVariable()]: String(proxy.port) },
       async stall(ms) {
         const before = proxy.accepted
         const startedAt = Date.now()

@@ -19,7 +19,7 @@ import {
   WebhookDelivery,
 } from '../../src/models/main.ts'
 import { BASE_URL } from '../helpers/app.ts'
-import { connectionConfig } from '../helpers/database.ts'
+import { boundedConnection, connectionConfig } from '../helpers/database.ts'
 import { serveHostApp, type HostAppParts } from '../helpers/host_app.ts'
 import {
   refOf,
@@ -42,21 +42,14 @@ const send = (message: HostMessage) => process.send!(message)
 // Never outlive the parent test process.
 process.on('disconnect', () => process.exit(1))
 
-// PostgreSQL (through the parent's proxy: PG_PORT) with the settings the README advises
+// PostgreSQL or MySQL (through the parent's proxy: PG_PORT, MYSQL_PORT) with the settings the README advises
 // against connections that stop answering: opening one is bounded, and a session left idle
 // in a transaction by a dropped flow is ended by the server, its locks with it.
 const base = connectionConfig('chaos') as any
 const connection =
-  base.client === 'pg'
-    ? {
-        ...base,
-        connection: {
-          ...base.connection,
-          options: '-c idle_in_transaction_session_timeout=2000',
-          connectionTimeoutMillis: 500,
-        },
-      }
-    : base
+  base.client === 'better-sqlite3'
+    ? base
+    : boundedConnection(base, { connectMs: 500, idleInTransactionMs: 2000 })
 
 let armed = false
 

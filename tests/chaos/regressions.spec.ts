@@ -10,7 +10,7 @@ import { PayoutLedger, type LedgerHooks } from '../../src/ledger/payout_ledger.t
 import { toChangedEvent, type PayoutChange } from '../../src/ledger/vocabulary.ts'
 import { EscrowDeposit, ExecutionIntent, PayoutEvent } from '../../src/models/main.ts'
 import { testClient, executeBodies, startEmulator } from '../emulator/helpers.ts'
-import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { boundedConnection, connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { TcpProxy } from '../helpers/tcp_proxy.ts'
 import { waitFor } from './helpers.ts'
 
@@ -322,14 +322,11 @@ test.group(`Chaos regressions | escrow fallback (${TEST_DB})`, () => {
  */
 async function losableDatabase(cleanup: (fn: () => Promise<void>) => void) {
   const base = connectionConfig('regressions') as any
-  if (TEST_DB === 'pg') {
+  if (TEST_DB !== 'sqlite') {
     const proxy = new TcpProxy({ host: base.connection.host, port: base.connection.port })
     await proxy.start()
     cleanup(() => proxy.close())
-    const connection = {
-      ...base,
-      connection: { ...base.connection, port: proxy.port, connectionTimeoutMillis: 500 },
-    }
+    const connection = boundedConnection(base, { port: proxy.port, connectMs: 500 })
     const database = await setupDatabase(cleanup, 'regressions', { connection })
     return { ...database, lose: () => proxy.refuse(), back: () => proxy.heal() }
   }

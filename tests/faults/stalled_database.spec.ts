@@ -8,12 +8,12 @@ import { request } from 'undici'
 import { JobScheduler } from '../../src/jobs/scheduler.ts'
 import { Payout, WebhookDelivery } from '../../src/models/main.ts'
 import { signPayload } from '../../src/signature/main.ts'
-import { connectionConfig, TEST_DB } from '../helpers/database.ts'
+import { boundedConnection, connectionConfig, TEST_DB } from '../helpers/database.ts'
 import { startHttpApp, type HttpApp } from '../helpers/http_app.ts'
 import { TcpProxy } from '../helpers/tcp_proxy.ts'
 
 const SECRET = 'whsec_current_secret'
-const PG_ONLY = 'needs PostgreSQL (TEST_DB=pg) behind a TCP proxy'
+const SERVER_ONLY = 'needs PostgreSQL or MySQL (TEST_DB=pg, TEST_DB=mysql) behind a TCP proxy'
 
 /** A signed payout.created delivery for a new payout. */
 function delivery(payoutId = randomUUID(), deliveryId = `dlv_${randomUUID()}`) {
@@ -60,7 +60,7 @@ async function post(app: HttpApp, { raw, deliveryId }: ReturnType<typeof deliver
 }
 
 /**
- * The app's PostgreSQL connection goes through a proxy the test controls, with the two
+ * The app's PostgreSQL or MySQL connection goes through a proxy the test controls, with the two
  * settings the README advises for production: a bound on opening a connection well below
  * the route's (a pool waiting on a dropped handshake has nothing to hand out), and sessions left
  * idle in a transaction ended by the server (a flow dropped silently never tells the
@@ -74,15 +74,11 @@ async function appBehindProxy(
   const proxy = new TcpProxy({ host: base.connection.host, port: base.connection.port })
   await proxy.start()
   cleanup(() => proxy.close())
-  const connection = {
-    ...base,
-    connection: {
-      ...base.connection,
-      port: proxy.port,
-      options: '-c idle_in_transaction_session_timeout=2000',
-      connectionTimeoutMillis: 500,
-    },
-  }
+  const connection = boundedConnection(base, {
+    port: proxy.port,
+    connectMs: 500,
+    idleInTransactionMs: 2000,
+  })
   const app = await startHttpApp(
     cleanup,
     {
@@ -96,7 +92,7 @@ async function appBehindProxy(
   return { app, proxy }
 }
 
-test.group('Faults | a database connection that stops answering (PostgreSQL)', () => {
+test.group(`Faults | a database connection that stops answering (${TEST_DB})`, () => {
   test('the route answers 503 within its bound while stalled, and stores the next delivery once healed', async ({
     assert,
     cleanup,
@@ -125,7 +121,7 @@ test.group('Faults | a database connection that stops answering (PostgreSQL)', (
       assert.exists(await Payout.findBy('payoutUuid', d.payoutId))
     }
   })
-    .skip(TEST_DB !== 'pg', PG_ONLY)
+    .skip(TEST_DB === 'sqlite', SERVER_ONLY)
     .timeout(60_000)
 
   test('a secrets load that stalls fails its waiters; after healing the next request loads again', async ({
@@ -141,7 +137,7 @@ test.group('Faults | a database connection that stops answering (PostgreSQL)', (
     assert.equal(await post(app, healed), 200)
     assert.exists(await WebhookDelivery.findBy('deliveryId', healed.deliveryId))
   })
-    .skip(TEST_DB !== 'pg', PG_ONLY)
+    .skip(TEST_DB === 'sqlite', SERVER_ONLY)
     .timeout(60_000)
 
   test('inbox processing stalled mid-transaction gives up, and processes the rows once healed', async ({
@@ -172,7 +168,7 @@ test.group('Faults | a database connection that stops answering (PostgreSQL)', (
     assert.equal(row.state, 'processed')
     assert.exists(await Payout.findBy('payoutUuid', second.payoutId))
   })
-    .skip(TEST_DB !== 'pg', PG_ONLY)
+    .skip(TEST_DB === 'sqlite', SERVER_ONLY)
     .timeout(60_000)
 
   test('a database that refuses connections gets 503s, and the route stores again once it is back', async ({
@@ -188,7 +184,7 @@ test.group('Faults | a database connection that stops answering (PostgreSQL)', (
     assert.equal(await post(app, back), 200)
     assert.exists(await WebhookDelivery.findBy('deliveryId', back.deliveryId))
   })
-    .skip(TEST_DB !== 'pg', PG_ONLY)
+    .skip(TEST_DB === 'sqlite', SERVER_ONLY)
     .timeout(60_000)
 })
 
@@ -225,7 +221,7 @@ test.group(`Faults | a database another process holds (${TEST_DB})`, () => {
     assert.exists(await Payout.findBy('payoutUuid', blocked.payoutId))
     assert.exists(await Payout.findBy('payoutUuid', next.payoutId))
   })
-    .skip(TEST_DB !== 'sqlite', 'the SQLite file lock; PostgreSQL has the proxy tests')
+    .skip(TEST_DB !== 'sqlite', 'the SQLite file lock; PostgreSQL and MySQL have the proxy tests')
     .timeout(60_000)
 })
 

@@ -7,10 +7,16 @@ import { BaseModel } from '@adonisjs/lucid/orm'
 import { Emitter } from '@adonisjs/core/events'
 import { Logger } from '@adonisjs/core/logger'
 import { AppFactory } from '@adonisjs/core/factories/app'
-import { createPayoutsTables, dropPayoutsTables } from '../../src/database/schema.ts'
+import {
+  createPayoutsIndexes,
+  createPayoutsTables,
+  dropPayoutsTables,
+} from '../../src/database/schema.ts'
 import { configureModels } from '../../src/models/main.ts'
 
-export const TEST_DB = process.env.TEST_DB === 'pg' ? 'pg' : 'sqlite'
+/** The suite's database: `TEST_DB=pg` PostgreSQL, `TEST_DB=mysql` MySQL/MariaDB, else SQLite. */
+export const TEST_DB: 'pg' | 'mysql' | 'sqlite' =
+  process.env.TEST_DB === 'pg' ? 'pg' : process.env.TEST_DB === 'mysql' ? 'mysql' : 'sqlite'
 
 /** SQLite files of this run. Not under tests/tmp: @japa/file-system empties it after each test. */
 export const SQLITE_FOLDER = join(tmpdir(), 'svc-payouts-tests')
@@ -22,8 +28,21 @@ export async function removeSqliteFiles() {
   await Promise.all(mine.map((file) => rm(join(SQLITE_FOLDER, file), { force: true })))
 }
 
-/** Lucid connection config for the suite's database (SQLite file, or PostgreSQL). */
+/** Lucid connection config for the suite's database (SQLite file, PostgreSQL or MySQL). */
 export function connectionConfig(name = 'test') {
+  if (TEST_DB === 'mysql') {
+    return {
+      client: 'mysql2' as const,
+      connection: {
+        host: process.env.MYSQL_HOST ?? '127.0.0.1',
+        port: Number(process.env.MYSQL_PORT ?? 3306),
+        user: process.env.MYSQL_USER ?? 'root',
+        password: process.env.MYSQL_PASSWORD ?? '',
+        database: process.env.MYSQL_DATABASE ?? 'test',
+      },
+      pool: { min: 0, max: 25 },
+    }
+  }
   if (TEST_DB === 'pg') {
     return {
       client: 'pg' as const,
@@ -76,7 +95,7 @@ export async function setupDatabase(
   const prefix = options.prefix ?? `t${Math.random().toString(36).slice(2, 8)}_`
   configureModels(prefix)
   const owner = options.createTables !== false
-  if (owner) await createPayoutsTables(db.connection().schema, prefix)
+  if (owner) await createPayoutsIndexes(createPayoutsTables(db.connection().schema, prefix), prefix)
   cleanup(async () => {
     if (owner) await dropPayoutsTables(db.connection().schema, prefix)
     await db.manager.closeAll()
@@ -91,4 +110,53 @@ export function recordStatements(db: Database, connection?: string): string[] {
     .getWriteClient()
     .on('query', (query: { sql: string }) => void statements.push(query.sql.trim()))
   return statements
+}
+
+/**
+ * The suite's server database (PostgreSQL or MySQL) reached on `port` (a test's proxy) with
+ * the settings docs/production.md advises against connections that stop answering: opening
+ * one is bounded by `connectMs`, and a session left idle inside a transaction by a dropped
+ * flow is ended by the server after `idleInTransactionMs`, its locks with it (PostgreSQL's
+ * `idle_in_transaction_session_timeout`, MariaDB's `idle_transaction_timeout`, in seconds).
+ */
+export function boundedConnection(
+  base: any,
+  options: { port?: number; connectMs: number; idleInTransactionMs?: number }
+) {
+  const port = options.port ?? base.connection.port
+  if (base.client === 'mysql2') {
+    const idle = options.idleInTransactionMs
+    return {
+      ...base,
+      connection: { ...base.connection, port, connectTimeout: options.connectMs },
+      pool: {
+        ...base.pool,
+        ...(idle && {
+          afterCreate: (connection: any, done: (error: unknown, connection: unknown) => void) =>
+            connection.query(
+              `SET SESSION idle_transaction_timeout = ${Math.max(1, Math.round(idle / 1000))}`,
+              // MySQL has no such variable (MariaDB only): its sessions keep their locks.
+              (error: { code?: string } | null) =>
+                done(error?.code === 'ER_UNKNOWN_SYSTEM_VARIABLE' ? null : error, connection)
+            ),
+        }),
+      },
+    }
+  }
+  return {
+    ...base,
+    connection: {
+      ...base.connection,
+      port,
+      connectionTimeoutMillis: options.connectMs,
+      ...(options.idleInTransactionMs && {
+        options: `-c idle_in_transaction_session_timeout=${options.idleInTransactionMs}`,
+      }),
+    },
+  }
+}
+
+/** The environment variable that moves the suite's server database to another port. */
+export function portVariable() {
+  return TEST_DB === 'mysql' ? 'MYSQL_PORT' : 'PG_PORT'
 }

@@ -498,7 +498,7 @@ test.group(`Jobs | reconciliation (${TEST_DB})`, () => {
     }
     await emu.admin.advance(30_000)
     await app.payouts.drainInbox()
-    const placeholders = await Payout.query().whereLike('payout_uuid', 'po_%')
+    const placeholders = await Payout.query().where('payout_uuid', 'like', 'po_%')
     assert.isAbove(placeholders.length, 0, 'some payouts were first seen by their read id')
 
     await app.payouts.reconcile({ staleAfterMs: 0 })

@@ -17,7 +17,7 @@ const delivery = (deliveryId: string, data: object = { payoutId: deliveryId }) =
   source: 'webhook' as const,
 })
 
-/** A fresh inbox table, and a store on it (row by row when asked, as on MySQL). */
+/** A fresh inbox table, and a store on it (row by row when asked: a failed batch's path). */
 async function freshInbox(
   cleanup: (fn: () => Promise<void>) => void,
   options: { rowByRow?: boolean } = {}
@@ -98,7 +98,7 @@ test.group(`Webhooks | inbox (${TEST_DB})`, () => {
   }
 
   for (const rowByRow of [false, true]) {
-    const mode = rowByRow ? 'row by row, as on MySQL' : 'in one UPDATE ... RETURNING'
+    const mode = rowByRow ? 'row by row, with a lease' : 'in one statement'
     test(`a row left processing by a dead process is taken over when its lease expires (claims ${mode})`, async ({
       assert,
       cleanup,
@@ -159,7 +159,7 @@ test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
   }
 
   for (const rowByRow of [false, true]) {
-    const mode = rowByRow ? 'row by row (as on MySQL)' : 'in one statement'
+    const mode = rowByRow ? 'row by row' : 'in one statement'
     test(`deliveries arriving together are stored ${mode}, each told its own outcome`, async ({
       assert,
       cleanup,
@@ -234,7 +234,7 @@ test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
     ])
   })
 
-  test('row by row (as on MySQL), a refused row fails alone', async ({ assert, cleanup }) => {
+  test('row by row, a refused row fails alone', async ({ assert, cleanup }) => {
     const { db, table, store } = await freshInbox(cleanup, { rowByRow: true })
     assert.deepEqual(await burstWithARefusedRow(store), ['fulfilled', 'rejected', 'fulfilled'])
     const rows = await db.from(table).select('delivery_id').orderBy('id')

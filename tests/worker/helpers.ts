@@ -24,14 +24,17 @@ export interface ChildOptions {
    * until SIGTERM reaches it, or until the parent says `go`.
    */
   pauseFirstBatch?: 'sigterm' | 'go'
+  /** The service's URL (an emulator the parent runs); none by default. */
+  baseUrl?: string
 }
 
 /** The payouts config both children run with. */
 export function payoutsConfig(options: ChildOptions) {
   return {
     apiKey: TEST_API_KEY,
-    // No service: the jobs would only log a refused connection; they run in the worker only.
-    baseUrl: 'http://127.0.0.1:9',
+    // No service by default: the jobs would only log a refused connection; they run in the
+    // worker only.
+    baseUrl: options.baseUrl ?? 'http://127.0.0.1:9',
     clientRateLimiter: false,
     retry: { maxRetries: 0 },
     webhook: {

@@ -1,7 +1,8 @@
 /**
  * The web process of the worker suite: the host app served on loopback with
  * `webhook.processing: 'worker'`, started the AdonisJS way (its `ready` hooks run). It
- * answers `idle` with the inbox's states once any processing it started has ended.
+ * answers `idle` with the inbox's states once any processing it started has ended, and
+ * `execute` by executing the bodies it is given, one after another, through the plugin.
  */
 import 'reflect-metadata'
 import { defineConfig as defineLoggerConfig } from '@adonisjs/core/logger'
@@ -26,7 +27,21 @@ const host = await serveHostApp({
   payouts: payoutsConfig(options),
 })
 
-process.on('message', async (message: { type: string }) => {
+/** Executes payouts one after another through the plugin; answers how many failed, and why. */
+async function executeAll(bodies: Array<Record<string, unknown>>) {
+  const errors: string[] = []
+  for (const body of bodies) {
+    try {
+      await host.payouts.execute(body as any)
+    } catch (error) {
+      errors.push((error as Error).message)
+    }
+  }
+  process.send!({ type: 'executed', count: bodies.length, errors })
+}
+
+process.on('message', async (message: { type: string; bodies?: any[] }) => {
+  if (message.type === 'execute') return executeAll(message.bodies!)
   if (message.type !== 'idle') return
   const { processor } = await host.payouts.parts()
   await processor.idle()
