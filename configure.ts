@@ -41,10 +41,10 @@ async function exceptFromCsrf(command: Configure, project: any): Promise<boolean
 }
 
 /**
- * `node ace configure @svc/adonis-payouts`: publishes config/payouts.ts, the migration and
- * the start/payouts.ts preload (webhook route, Transmit channels), registers the provider,
- * commands and preload, declares the env variables, and exempts the webhook route from
- * CSRF. Every prompt has a flag (`--base-url`, `--api-key`), so it runs unattended;
+ * `node ace configure @svc/adonis-payouts`: publishes config/payouts.ts, the migrations
+ * (tables, then indexes) and the start/payouts.ts preload (webhook route, Transmit channels),
+ * registers the provider, commands and preload, declares the env variables, and exempts the
+ * webhook route from CSRF. Every prompt has a flag (`--base-url`, `--api-key`), so it runs unattended;
  * running it twice changes nothing.
  */
 export async function configure(command: Configure) {
@@ -92,15 +92,19 @@ export async function configure(command: Configure) {
   })
   await codemods.makeUsingStub(stubsRoot, 'start/payouts.stub', { transmit: hasTransmit })
 
-  // One migration, once: a second run finds it and publishes nothing.
+  // Each migration once: a second run finds them and publishes nothing. An app whose tables
+  // an earlier version created gets the indexes migration alone (run configure again).
   const migrations = await readdir(command.app.makePath('database/migrations')).catch(() => [])
-  if (!migrations.some((file) => file.endsWith('_create_payouts_tables.ts'))) {
-    await codemods.makeUsingStub(stubsRoot, 'migrations/create_payouts_tables.stub', {
+  const stamp = Date.now()
+  const publish = [
+    { name: 'create_payouts_tables', at: stamp },
+    { name: 'add_payouts_indexes', at: stamp + 1 },
+  ]
+  for (const { name, at } of publish) {
+    if (migrations.some((file) => file.endsWith(`_${name}.ts`))) continue
+    await codemods.makeUsingStub(stubsRoot, `migrations/${name}.stub`, {
       prefix: DEFAULT_TABLE_PREFIX,
-      migration: {
-        folder: 'database/migrations',
-        fileName: `${Date.now()}_create_payouts_tables.ts`,
-      },
+      migration: { folder: 'database/migrations', fileName: `${at}_${name}.ts` },
     })
   }
 

@@ -9,7 +9,7 @@ import { createSkippingBodyParser } from '../src/webhooks/skipping_bodyparser.ts
 import { serveHostApp } from '../tests/helpers/host_app.ts'
 import { BENCH_SECRET } from './deliveries.ts'
 
-export type BenchDb = 'sqlite' | 'pg'
+export type BenchDb = 'sqlite' | 'pg' | 'mysql'
 
 /** The three routes compared side by side. */
 export const ROUTES = {
@@ -24,6 +24,15 @@ export const PG_CONNECTION = {
   port: Number(process.env.PG_PORT ?? 5432),
   user: process.env.PG_USER ?? 'postgres',
   database: process.env.PG_DATABASE ?? 'test',
+}
+
+/** MySQL/MariaDB connection of the growth bench (`npm run bench:growth`). */
+export const MYSQL_CONNECTION = {
+  host: process.env.MYSQL_HOST ?? '127.0.0.1',
+  port: Number(process.env.MYSQL_PORT ?? 3306),
+  user: process.env.MYSQL_USER ?? 'root',
+  password: process.env.MYSQL_PASSWORD ?? '',
+  database: process.env.MYSQL_DATABASE ?? 'test',
 }
 
 export const BENCH_API_KEY = `sk_test_${'B'.repeat(43)}`
@@ -50,6 +59,9 @@ function connectionFor(db: BenchDb, sqliteFile: string, journal: SqliteJournal) 
   if (db === 'pg') {
     // knex's default pool size; every route shares it.
     return { client: 'pg' as const, connection: PG_CONNECTION, pool: { min: 2, max: 10 } }
+  }
+  if (db === 'mysql') {
+    return { client: 'mysql2' as const, connection: MYSQL_CONNECTION, pool: { min: 2, max: 10 } }
   }
   return {
     client: 'better-sqlite3' as const,

@@ -2,6 +2,7 @@ import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks'
 import v8 from 'node:v8'
 import { PayoutLedger } from '../src/ledger/payout_ledger.ts'
 import { startBenchApp, type BenchDb } from './app.ts'
+import { growthCommands } from './growth_child.ts'
 import { failToParent, serveParent } from './ipc.ts'
 
 /**
@@ -34,6 +35,7 @@ async function main() {
   serveParent(
     { url: bench.url, prefix: bench.prefix, pid: process.pid },
     {
+      ...growthCommands(bench, lucid, db),
       processing: (args: { on: boolean }) => {
         mayBeDraining ||= args.on
         bench.setProcessing(args.on)

@@ -36,10 +36,12 @@ import { round } from './stats.ts'
 const ONLY = new Set((process.env.BENCH_ONLY ?? 'ingest,client,memory').split(','))
 const DBS = process.env.BENCH_DBS ? new Set(process.env.BENCH_DBS.split(',')) : null
 const PARTIAL = process.env.BENCH_ONLY !== undefined || DBS !== null
+// BENCH_MERGE=1: a partial run replaces its own rows in bench/results.json, keeps the others.
+const MERGE = PARTIAL && !QUICK && process.env.BENCH_MERGE === '1'
 const HARD_CAP_MS = 10 * 60_000
-// Quick and partial runs (development) never touch the committed figures.
+// Quick and partial runs (development) never touch the committed figures, unless merged.
 const RESULTS =
-  QUICK || PARTIAL
+  (QUICK || PARTIAL) && !MERGE
     ? new URL('./tmp/results-quick.json', import.meta.url)
     : new URL('./results.json', import.meta.url)
 
@@ -106,6 +108,15 @@ function printTable(checks: Check[], previous: Record<string, number | null> | n
   log(line(header))
   log('|' + widths.map((w) => '-'.repeat(w + 2)).join('|') + '|')
   for (const row of rows) log(line(row))
+}
+
+/** The parts of the results a partial run measured. */
+function mergedResults(dbs: object, client: unknown, memory: object) {
+  return {
+    ...(Object.keys(dbs).length ? { dbs } : {}),
+    ...(client ? { client } : {}),
+    ...(Object.keys(memory).length ? { memory } : {}),
+  }
 }
 
 async function main() {
@@ -180,13 +191,21 @@ async function main() {
   ]
 
   let history: Array<{ date: string; values: Record<string, number | null> }> = []
+  let before: any = {}
   if (existsSync(RESULTS)) {
     try {
-      const before = JSON.parse(readFileSync(RESULTS, 'utf8'))
+      before = JSON.parse(readFileSync(RESULTS, 'utf8'))
       history = Array.isArray(before.history) ? before.history : []
     } catch {}
   }
-  const previous = history.length > 0 ? history[history.length - 1].values : null
+  // Rows this run did not measure and keeps: the growth bench's (npm run bench:growth), and
+  // with BENCH_MERGE every other row of the previous run.
+  const measured = new Set(checks.map((c) => c.id))
+  const kept: Check[] = (Array.isArray(before.checks) ? before.checks : []).filter(
+    (c: Check) => !measured.has(c.id) && (MERGE || c.id.includes('growth'))
+  )
+  // Each row's figure in the last run that measured it (a partial run measures a few).
+  const previous = history.length > 0 ? Object.assign({}, ...history.map((h) => h.values)) : null
   const date = new Date().toISOString()
   const values = Object.fromEntries(checks.map((c) => [c.id, c.value]))
   const output = {
@@ -207,8 +226,11 @@ async function main() {
       'Memory, on SQLite WAL and on PostgreSQL: plugin route (verify, insert, ack), processing deferred, then the insert-only and bare routes, each in a fresh app; RSS after gc() twice.',
     ],
     settings: { ingest: INGEST, fanout: FANOUT, client: CLIENT, memory: MEMORY },
-    checks,
-    results: { dbs, client, memory },
+    checks: [...checks, ...kept],
+    results: MERGE
+      ? { ...before.results, ...mergedResults(dbs, client, memory) }
+      : { dbs, client, memory },
+    growth: before.growth,
     history: [...history, { date, values }].slice(-20),
   }
   // Formatted as the repository's Prettier config would, so `prettier --check` stays clean.

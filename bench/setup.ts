@@ -4,7 +4,7 @@
  */
 import { rmSync } from 'node:fs'
 import knex from 'knex'
-import { PG_CONNECTION, type BenchDb } from './app.ts'
+import { MYSQL_CONNECTION, PG_CONNECTION, type BenchDb } from './app.ts'
 import { startChild, type Child } from './ipc.ts'
 
 /** BENCH_QUICK=1: shorter runs (development); its figures never replace results.json. */
@@ -60,18 +60,21 @@ function removeSqlite(file: string) {
   for (const suffix of ['', '-wal', '-shm', '-journal']) rmSync(file + suffix, { force: true })
 }
 
-/** Why a configuration cannot run here (PostgreSQL away), or null. */
+/** Why a configuration cannot run here (its server away), or null. */
 export async function unavailable(config: DbConfig): Promise<string | null> {
-  if (config.db !== 'pg') return null
-  const reason = await pgAvailable()
-  return reason ? `PostgreSQL unavailable: ${reason}` : null
+  if (config.db === 'sqlite') return null
+  const name = config.db === 'pg' ? 'PostgreSQL' : 'MySQL'
+  const reason = await serverAvailable(config.db)
+  return reason ? `${name} unavailable: ${reason}` : null
 }
 
-/** Whether PostgreSQL answers on 127.0.0.1 within 3 s; the reason when it does not. */
-async function pgAvailable(): Promise<string | null> {
+/** Whether the server answers on 127.0.0.1 within 3 s; the reason when it does not. */
+async function serverAvailable(db: 'pg' | 'mysql'): Promise<string | null> {
   const client = knex({
-    client: 'pg',
-    connection: { ...PG_CONNECTION, connectionTimeoutMillis: 3000 } as any,
+    client: db === 'pg' ? 'pg' : 'mysql2',
+    connection: (db === 'pg'
+      ? { ...PG_CONNECTION, connectionTimeoutMillis: 3000 }
+      : { ...MYSQL_CONNECTION, connectTimeout: 3000 }) as any,
     pool: { min: 0, max: 1 },
     acquireConnectionTimeout: 3000,
   })

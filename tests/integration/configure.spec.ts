@@ -1,4 +1,5 @@
 import { readdir, readFile } from 'node:fs/promises'
+import { pathToFileURL } from 'node:url'
 import { test } from '@japa/runner'
 import { IgnitorFactory } from '@adonisjs/core/factories'
 import Configure from '@adonisjs/core/commands/configure'
@@ -51,10 +52,24 @@ async function setupScratchApp(fs: Fs, extraFiles: Record<string, string> = {}) 
   return { app, ace }
 }
 
-/** The migration configure published (its name carries a timestamp). */
-async function migrationOf(root: URL) {
+/** Fails with the command's own log lines, so a failure says why configure failed. */
+function assertConfigured(command: { exitCode?: number; logger: { getLogs(): unknown[] } }) {
+  if (command.exitCode !== 0) {
+    throw new Error(
+      `configure exited ${command.exitCode}: ${JSON.stringify(command.logger.getLogs(), null, 1)}`
+    )
+  }
+}
+
+/** A folder's URL, ending with a slash so relative paths resolve inside it. */
+const folderUrl = (path: string) => pathToFileURL(`${path}/`)
+
+/** The migrations configure published, in order (their names carry a timestamp). */
+async function migrationsOf(root: URL) {
   const files = await readdir(new URL('database/migrations/', root))
-  return files.filter((file) => file.endsWith('_create_payouts_tables.ts'))
+  return files
+    .filter((file) => /_(create_payouts_tables|add_payouts_indexes)\.ts$/.test(file))
+    .sort()
 }
 
 /** A key in the spec's format whose 43 characters include `-` and `_` (url-safe base64). */
@@ -70,7 +85,7 @@ test.group('Configure', (group) => {
     const { ace } = await setupScratchApp(fs)
     const command = await ace.create(Configure, [...ARGS, `--api-key=${URL_SAFE_KEY}`])
     await command.exec()
-    command.assertSucceeded()
+    assertConfigured(command)
 
     await assert.fileContains('config/payouts.ts', [
       `apiKey: env.get('PAYOUTS_API_KEY')`,
@@ -97,12 +112,20 @@ test.group('Configure', (group) => {
     await assert.fileContains('.env.example', 'PAYOUTS_BASE_URL=http://127.0.0.1:4010')
     await assert.fileContains('.env.example', 'PAYOUTS_API_KEY=')
     await assert.fileNotContains('.env.example', URL_SAFE_KEY)
-    const [migration, ...others] = await fs.readDir('database/migrations')
+    const [migration, indexes, ...others] = await migrationsOf(folderUrl(fs.basePath))
     assert.lengthOf(others, 0)
-    assert.match(migration.path, /^\d+_create_payouts_tables\.ts$/)
-    await assert.fileContains(`database/migrations/${migration.path}`, [
+    assert.lengthOf(await fs.readDir('database/migrations'), 2)
+    assert.match(migration, /^\d+_create_payouts_tables\.ts$/)
+    await assert.fileContains(`database/migrations/${migration}`, [
       `createPayoutsTables(this.schema, 'svc_')`,
       `dropPayoutsTables(this.schema, 'svc_')`,
+    ])
+    // The indexes come after the tables, in their own migration.
+    assert.match(indexes, /^\d+_add_payouts_indexes\.ts$/)
+    assert.isAbove(Number.parseInt(indexes), Number.parseInt(migration))
+    await assert.fileContains(`database/migrations/${indexes}`, [
+      `createPayoutsIndexes(this.schema, 'svc_')`,
+      `dropPayoutsIndexes(this.schema, 'svc_')`,
     ])
     await assert.fileContains('start/env.ts', [
       'PAYOUTS_API_KEY: Env.schema.string.optional()',
@@ -116,11 +139,30 @@ test.group('Configure', (group) => {
     assert.notMatch(logs.join('\n'), /Set PAYOUTS_API_KEY/)
   })
 
+  test('an app whose tables an earlier version created gets the indexes migration alone', async ({
+    assert,
+    fs,
+  }) => {
+    const earlier = 'database/migrations/1700000000000_create_payouts_tables.ts'
+    const { ace } = await setupScratchApp(fs, { [earlier]: '// the tables, as published before' })
+    const command = await ace.create(Configure, ARGS)
+    await command.exec()
+    assertConfigured(command)
+    const [tables, indexes, ...others] = await migrationsOf(folderUrl(fs.basePath))
+    assert.lengthOf(others, 0)
+    assert.equal(`database/migrations/${tables}`, earlier)
+    await assert.fileEquals(earlier, '// the tables, as published before')
+    assert.match(indexes, /^\d+_add_payouts_indexes\.ts$/)
+    await assert.fileContains(`database/migrations/${indexes}`, [
+      `createPayoutsIndexes(this.schema, 'svc_')`,
+    ])
+  })
+
   test('running it twice leaves the app unchanged', async ({ assert, fs }) => {
     const { ace } = await setupScratchApp(fs, { 'config/shield.ts': SHIELD_CONFIG })
     const initial = await ace.create(Configure, ARGS)
     await initial.exec()
-    initial.assertSucceeded()
+    assertConfigured(initial)
     const files = [
       'config/payouts.ts',
       'config/shield.ts',
@@ -133,8 +175,8 @@ test.group('Configure', (group) => {
     const first = await Promise.all(files.map((file) => fs.contents(file)))
     const again = await ace.create(Configure, ARGS)
     await again.exec()
-    again.assertSucceeded()
-    assert.lengthOf(await fs.readDir('database/migrations'), 1)
+    assertConfigured(again)
+    assert.lengthOf(await fs.readDir('database/migrations'), 2)
     const second = await Promise.all(files.map((file) => fs.contents(file)))
     assert.deepEqual(second, first)
   })
@@ -146,7 +188,7 @@ test.group('Configure', (group) => {
     const { ace } = await setupScratchApp(fs, { 'config/shield.ts': SHIELD_CONFIG })
     const command = await ace.create(Configure, ARGS)
     await command.exec()
-    command.assertSucceeded()
+    assertConfigured(command)
     await assert.fileContains('config/shield.ts', `exceptRoutes: ['/webhooks/payouts']`)
     await assert.fileContains('config/shield.ts', `methods: ['POST', 'PUT', 'PATCH', 'DELETE']`)
   })
@@ -159,7 +201,7 @@ test.group('Configure', (group) => {
     const { ace } = await setupScratchApp(fs, { 'config/shield.ts': custom })
     const command = await ace.create(Configure, ARGS)
     await command.exec()
-    command.assertSucceeded()
+    assertConfigured(command)
     command.assertLogMatches(/Add '\/webhooks\/payouts' to csrf\.exceptRoutes/)
     assert.equal(await fs.contents('config/shield.ts'), custom)
   })
@@ -170,7 +212,7 @@ test.group('Configure', (group) => {
     await fs.create('adonisrc.ts', rc.replace(/.*transmit_provider.*\n/, ''))
     const command = await ace.create(Configure, ARGS)
     await command.exec()
-    command.assertSucceeded()
+    assertConfigured(command)
     command.assertLogMatches(/Set PAYOUTS_API_KEY/)
     await assert.fileContains('start/payouts.ts', 'await payouts.registerRoutes(router)')
     await assert.fileNotContains('start/payouts.ts', 'transmit')
@@ -216,7 +258,7 @@ test.group('Configure', (group) => {
     )
     const command = await ace.create(Configure, ARGS)
     await command.exec()
-    command.assertSucceeded()
+    assertConfigured(command)
     await assert.fileContains('.env', /^PAYOUTS_API_KEY=$/m)
     // start/env.ts as `node ace list` or `node ace migration:run` would load it.
     const envFile = new URL(`start/env.ts?no_key=${Date.now()}`, BASE_URL)
@@ -256,7 +298,7 @@ test.group('Configure', (group) => {
     const { ace } = await setupScratchApp(fs)
     const command = await ace.create(Configure, ARGS)
     await command.exec()
-    command.assertSucceeded()
+    assertConfigured(command)
 
     const demoFile = (path: string) => readFile(new URL(path, DEMO), 'utf8')
     for (const file of [
@@ -276,11 +318,14 @@ test.group('Configure', (group) => {
       (await demoFile('start/payouts.ts')).replace(channels, '<channels>'),
       published.replace(channels, '<channels>')
     )
-    const [demoMigration] = await migrationOf(DEMO)
-    const [migration] = await fs.readDir('database/migrations')
-    assert.equal(
-      await demoFile(`database/migrations/${demoMigration}`),
-      await fs.contents(`database/migrations/${migration.path}`)
-    )
+    const demoMigrations = await migrationsOf(DEMO)
+    const migrations = await migrationsOf(folderUrl(fs.basePath))
+    assert.lengthOf(demoMigrations, 2)
+    for (const [index, demoMigration] of demoMigrations.entries()) {
+      assert.equal(
+        await demoFile(`database/migrations/${demoMigration}`),
+        await fs.contents(`database/migrations/${migrations[index]}`)
+      )
+    }
   })
 })

@@ -1,0 +1,186 @@
+import type { Database } from '@adonisjs/lucid/database'
+import { tableNames } from '../src/database/schema.ts'
+import Payout from '../src/models/payout.ts'
+import { insertInbox, seedBody, seedLedger } from '../tests/helpers/ledger_seed.ts'
+import type { BenchApp, BenchDb } from './app.ts'
+import { median } from './stats.ts'
+
+/** Runs `fn` `times` times; the median and the max of its durations, ms. */
+async function timed(times: number, fn: (i: number) => Promise<unknown>) {
+  const samples: number[] = []
+  for (let i = 0; i < times; i++) {
+    const started = performance.now()
+    await fn(i)
+    samples.push(performance.now() - started)
+  }
+  return { medianMs: median(samples), maxMs: Math.max(...samples), n: times }
+}
+
+/**
+ * The growth bench's calls into the app child (bench/growth.ts): seed the ledger to a
+ * size, and time each measure on the app's own service and connection.
+ */
+export function growthCommands(bench: BenchApp, lucid: Database, db: BenchDb) {
+  const client = () => lucid.connection()
+  const t = tableNames(bench.prefix)
+  const unprocessed = () =>
+    client()
+      .from(t.webhookDeliveries)
+      .whereIn('state', ['pending', 'processing', 'failed'])
+      .count('* as total')
+      .first()
+      .then((row) => Number(row?.total ?? 0))
+  return {
+    /** Adds payouts from+1..to with their events, deposits and inbox rows. */
+    seed: async (args: { from: number; to: number; horizon: number }) => {
+      const started = performance.now()
+      await seedLedger(client(), bench.prefix, args)
+      // PostgreSQL's autovacuum would vacuum and analyze the tables this filled, in the
+      // middle of the measures; a ledger that grew over months has had it done: now, then.
+      // SQLite has no statistics unless the app runs ANALYZE; MySQL's InnoDB keeps its own.
+      if (db === 'pg') {
+        for (const table of Object.values(t)) await client().rawQuery(`VACUUM ANALYZE ${table}`)
+      }
+      // SQLite WAL: the seed's one transaction sits in the WAL (gigabytes at 1,000,000
+      // payouts) until a checkpoint; an app's WAL never holds that much. Checkpoint it now.
+      if (db === 'sqlite') await client().rawQuery('PRAGMA wal_checkpoint(TRUNCATE)')
+      return { seconds: (performance.now() - started) / 1000 }
+    },
+    /** Rows of each table. */
+    rows: async () => {
+      const out: Record<string, number> = {}
+      for (const [name, table] of Object.entries(t)) {
+        const row = await client().from(table).count('* as total').first()
+        out[name] = Number(row?.total ?? 0)
+      }
+      return out
+    },
+    /** Processes the backlog the deferred ack run left; rows per second. */
+    drainBacklog: async (args: { ms: number }) => {
+      const before = await unprocessed()
+      const { processor } = await bench.payouts.parts()
+      const started = performance.now()
+      bench.setProcessing(true)
+      processor.kick()
+      let timer: NodeJS.Timeout | undefined
+      await Promise.race([
+        processor.idle(),
+        new Promise((resolve) => (timer = setTimeout(resolve, args.ms))),
+      ])
+      clearTimeout(timer)
+      const seconds = (performance.now() - started) / 1000
+      bench.setProcessing(false)
+      await processor.idle()
+      const rows = before - (await unprocessed())
+      return { rows, seconds, rowsPerSecond: rows / seconds }
+    },
+    /** Waits until the inbox has nothing left to process. */
+    settle: async () => {
+      const { processor } = await bench.payouts.parts()
+      bench.setProcessing(true)
+      processor.kick()
+      await processor.idle()
+      bench.setProcessing(false)
+      return unprocessed()
+    },
+    /**
+     * One reconciliation pass in steady state: every in-flight payout observed within the
+     * last minute (as the job keeps them), so the pass is its query.
+     */
+    reconcile: async (args: { times: number }) => {
+      const sql = client()
+      await sql
+        .from(t.payouts)
+        .whereIn('status', ['pending', 'processing'])
+        .update({ last_observed_at: sql.knexRawQuery('CURRENT_TIMESTAMP') })
+      let checked = 0
+      const time = await timed(args.times, async () => {
+        const summary = await bench.payouts.reconcile()
+        checked += summary.checked
+      })
+      return { ...time, checked }
+    },
+    /** The health report (`payouts:status`, the AdonisJS health check). */
+    health: async (args: { times: number }) => {
+      let report: unknown
+      const time = await timed(args.times, async () => {
+        report = await bench.payouts.health()
+      })
+      return { ...time, report }
+    },
+    /**
+     * A single payout read by its UUID, `times` payouts spread evenly over the table's ids
+     * (the seeded ones and those the ack runs created), picked before the clock starts.
+     */
+    payoutRead: async (args: { times: number }) => {
+      const last = await client().from(t.payouts).max('id as id').first()
+      const top = Number(last?.id ?? 0)
+      const ids = Array.from({ length: args.times }, (_, i) =>
+        Math.max(1, Math.round(((i + 1) * top) / args.times))
+      )
+      const rows: Array<{ payout_uuid: string }> = await client()
+        .from(t.payouts)
+        .whereIn('id', ids)
+        .select('payout_uuid')
+      const uuids = rows.map((row) => row.payout_uuid)
+      let found = 0
+      const time = await timed(uuids.length, async (i) => {
+        if (await Payout.findBy('payout_uuid', uuids[i])) found++
+      })
+      return { ...time, found }
+    },
+    /**
+     * The inbox's size on disk, bytes: PostgreSQL's table, indexes and TOAST; MySQL's data and
+     * index length; SQLite's whole file.
+     */
+    inboxBytes: async () => {
+      const sql = client()
+      if (db === 'pg') {
+        const result = await sql.rawQuery('select pg_total_relation_size(?) as bytes', [
+          t.webhookDeliveries,
+        ])
+        return Number(result.rows[0].bytes)
+      }
+      if (db === 'mysql') {
+        await sql.rawQuery(`ANALYZE TABLE ${t.webhookDeliveries}`)
+        const [rows] = await sql.rawQuery(
+          'select data_length + index_length as bytes from information_schema.tables where table_schema = database() and table_name = ?',
+          [t.webhookDeliveries]
+        )
+        return Number(rows[0].bytes)
+      }
+      // SQLite: the whole database file (its pages, free ones included): a table's freed
+      // pages stay in the file and are reused, so the file is what grows or not.
+      const [count] = await sql.rawQuery('PRAGMA page_count')
+      const [size] = await sql.rawQuery('PRAGMA page_size')
+      return Number(count.page_count) * Number(size.page_size)
+    },
+    /** `payouts:prune` as the app's config has it (processed rows past 30 days). */
+    prune: async () => {
+      const started = performance.now()
+      const summary = await bench.payouts.prune()
+      return { ...summary, seconds: (performance.now() - started) / 1000 }
+    },
+    /**
+     * `rows` fresh processed inbox rows after `after` (the seed's last inbox row): what the
+     * days after a prune add, to see whether the table grows or reuses the freed space.
+     */
+    refill: async (args: { after: number; rows: number }) => {
+      const started = performance.now()
+      const to = args.after + args.rows
+      await insertInbox(client(), bench.prefix, {
+        from: args.after,
+        to,
+        horizon: to,
+        span: 86_400,
+        body: seedBody(),
+      })
+      return { seconds: (performance.now() - started) / 1000 }
+    },
+    /** PostgreSQL's plain VACUUM (what autovacuum does): space freed for reuse. */
+    vacuum: async () => {
+      if (db === 'pg') await client().rawQuery(`VACUUM ${t.webhookDeliveries}`)
+      return db === 'pg'
+    },
+  }
+}

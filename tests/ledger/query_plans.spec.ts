@@ -1,0 +1,209 @@
+import { test } from '@japa/runner'
+import type { Database } from '@adonisjs/lucid/database'
+import { DateTime } from 'luxon'
+import { tableNames } from '../../src/database/schema.ts'
+import { defineConfig } from '../../src/define_config.ts'
+import type { Reachability } from '../../src/health/reachability.ts'
+import { EscrowDeposits } from '../../src/ledger/escrow_deposits.ts'
+import { EscrowFallback } from '../../src/jobs/escrow_fallback.ts'
+import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
+import Payout from '../../src/models/payout.ts'
+import { Pruner } from '../../src/ledger/pruning.ts'
+import { Reconciler } from '../../src/jobs/reconciler.ts'
+import { readHealth } from '../../src/service/health.ts'
+import { InboxStore } from '../../src/webhooks/inbox_store.ts'
+import { TEST_API_KEY } from '../helpers/app.ts'
+import { setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { analyzeLedger, seedLedger, seededPayoutUuid } from '../helpers/ledger_seed.ts'
+
+/** Payouts seeded: 7 events and 10 inbox rows each, a deposit for one in three. */
+const PAYOUTS = 6_000
+
+interface Statement {
+  sql: string
+  bindings: unknown[]
+}
+
+/** Every statement the connection sends while `fn` runs, with its bindings. */
+async function capture(db: Database, fn: () => Promise<unknown>): Promise<Statement[]> {
+  const statements: Statement[] = []
+  const client = db.connection().getWriteClient()
+  const listener = (query: { sql: string; bindings?: unknown[] }) =>
+    void statements.push({ sql: query.sql.trim(), bindings: query.bindings ?? [] })
+  client.on('query', listener)
+  try {
+    await fn()
+  } finally {
+    client.off('query', listener)
+  }
+  // SQLite's write lock taken first (`delete from <table> where 0`, src/database/dialects.ts)
+  // reads no row; its plan says SCAN all the same, so it is left out.
+  return statements.filter(
+    (s) =>
+      /^(select|update|delete|with)\b/i.test(s.sql) && !/^delete from \S+ where 0$/i.test(s.sql)
+  )
+}
+
+/**
+ * The plan of a statement as the store would run it: `EXPLAIN` on PostgreSQL (the bound
+ * values given, so the planner sees what the code sends), `EXPLAIN` on MySQL (access type
+ * `ALL`), `EXPLAIN QUERY PLAN` on SQLite.
+ * Returns the lines that read a large table whole: a `Seq Scan` of it, or a `SCAN` of it
+ * without an index.
+ */
+async function fullScans(db: Database, statement: Statement, large: string[]): Promise<string[]> {
+  const client = db.connection()
+  // knex's event shows PostgreSQL's $1 placeholders; raw queries take knex's `?`.
+  const sql = statement.sql.replace(/\$\d+/g, '?')
+  if (TEST_DB === 'pg') {
+    const result = await client.rawQuery(`EXPLAIN ${sql}`, statement.bindings as any[])
+    const lines: string[] = result.rows.map((row: Record<string, string>) => row['QUERY PLAN'])
+    return lines.filter((line) => large.some((table) => line.includes(`Seq Scan on ${table} `)))
+  }
+  if (TEST_DB === 'mysql') {
+    // One row per table read; access type ALL is a full scan (MySQL and MariaDB alike).
+    const [rows] = await client.rawQuery(`EXPLAIN ${sql}`, statement.bindings as any[])
+    return (rows as Array<{ table: string; type: string }>)
+      .filter((row) => row.type === 'ALL' && large.includes(row.table))
+      .map((row) => `ALL ${row.table}`)
+  }
+  const rows: Array<{ detail: string }> = await client.rawQuery(
+    `EXPLAIN QUERY PLAN ${sql}`,
+    statement.bindings as any[]
+  )
+  return rows
+    .map((row) => row.detail)
+    .filter((detail) =>
+      large.some((table) => new RegExp(`^SCAN ${table}( AS \\w+)?$`).test(detail.trim()))
+    )
+}
+
+/**
+ * PostgreSQL only (SQLite has no EXPLAIN ANALYZE): runs the statement under EXPLAIN ANALYZE
+ * in a transaction rolled back, and returns the rows its plan read and threw away (removed
+ * by a filter or an index recheck) beside the rows it returned.
+ */
+async function wastedRows(db: Database, statement: Statement) {
+  const sql = statement.sql.replace(/\$\d+/g, '?')
+  const trx = await db.connection().transaction()
+  try {
+    const result = await trx.rawQuery(`EXPLAIN ANALYZE ${sql}`, statement.bindings as any[])
+    const lines: string[] = result.rows.map((row: Record<string, string>) => row['QUERY PLAN'])
+    const removed = lines
+      .map((line) => /Rows Removed by (?:Filter|Index Recheck): (\d+)/.exec(line)?.[1])
+      .reduce((sum, n) => sum + Number(n ?? 0), 0)
+    const returned = Number(/actual time=\S+ rows=(\d+)/.exec(lines[0])?.[1] ?? 0)
+    return { removed, returned, plan: lines.join('\n') }
+  } finally {
+    await trx.rollback()
+  }
+}
+
+test.group(`Ledger | query plans on a large ledger (${TEST_DB})`, (group) => {
+  group.each.timeout(120_000)
+
+  test('the hot queries read the large tables through an index, never whole', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'plans')
+    const t = tableNames(prefix)
+    const client = db.connection()
+    await seedLedger(client, prefix, { from: 0, to: PAYOUTS, horizon: PAYOUTS })
+    // A few rows that the queries find: a backlog, a dead letter, a deposit due.
+    await client
+      .from(t.webhookDeliveries)
+      .whereIn('id', [1, 2, 3])
+      .update({ state: 'pending', processed_at: null })
+    await client.from(t.webhookDeliveries).where('id', 4).update({ state: 'dead' })
+    await analyzeLedger(client, prefix)
+    const large = [t.payouts, t.payoutEvents, t.webhookDeliveries, t.escrowDeposits]
+
+    const config = defineConfig({
+      apiKey: TEST_API_KEY,
+      baseUrl: 'http://127.0.0.1:9',
+      ledger: { tablePrefix: prefix },
+    })
+    const reachability = {
+      read: async () => ({ status: 'ok', value: null, message: 'not measured here' }),
+    } as unknown as Reachability
+    const ledger = new PayoutLedger(db)
+    const refuse = () => Promise.reject(new Error('the service is not called in this test'))
+    const deposits = new EscrowDeposits({
+      db,
+      client: { getQuoteStatus: refuse, confirmEscrowDeposit: refuse },
+    })
+    const inbox = new InboxStore(db, t.webhookDeliveries)
+    const now = new Date()
+
+    const paths: Record<string, () => Promise<unknown>> = {
+      'the health report': () => readHealth({ config, environment: 'sandbox', db, reachability }),
+      'a reconciliation run (nothing stale)': () =>
+        new Reconciler({
+          db,
+          ledger,
+          client: { rateLimit: null, getPayout: refuse },
+        }).run(),
+      'the escrow fallback job (nothing due)': () => new EscrowFallback({ db, deposits }).run(),
+      'the deposit a change confirmed': () =>
+        deposits.confirmedBy({
+          payout: { payoutUuid: seededPayoutUuid(3), flow: 'stablecoin_to_fiat' },
+          previous: { status: 'pending', step: null },
+          current: { status: 'processing', step: null },
+          eventId: 2 * 7 + 2,
+        } as any),
+      'payouts:replay --since --until': () =>
+        inbox.requeue({
+          since: new Date(now.getTime() - 3_600_000),
+          until: new Date(now.getTime() - 1_800_000),
+        }),
+      'claiming due inbox rows': () => inbox.claimDue(now, 50, 60_000),
+      'processing due inbox rows in a transaction (the drain)': () =>
+        inbox.processDueInTransaction(now, 50, async (_trx, rows) =>
+          rows.map(() => ({ state: 'processed' as const, note: null }))
+        ),
+      'pruning': () =>
+        new Pruner({
+          db,
+          tables: t,
+          processedDeliveriesDays: 30,
+          finishedIntentsHours: 48,
+          batchSize: 500,
+          statementTimeoutMs: 0,
+        }).prune({ deadLetters: true }),
+      'a payout read': () => Payout.findBy('payout_uuid', seededPayoutUuid(PAYOUTS / 2)),
+      'the outbox sweep': () => ledger.renotify({ olderThanMs: 0 }),
+      'an observation applied': () =>
+        ledger.apply({
+          payoutId: seededPayoutUuid(50),
+          status: 'completed',
+          step: null,
+          source: 'webhook',
+          eventType: 'payout.completed',
+          observedAt: DateTime.now(),
+        }),
+    }
+
+    const found: string[] = []
+    for (const [name, path] of Object.entries(paths)) {
+      const statements = await capture(db, path)
+      assert.isAbove(statements.length, 0, `${name} sent no query`)
+      for (const statement of statements) {
+        for (const line of await fullScans(db, statement, large)) {
+          found.push(`${name}: ${line.trim()}\n    in: ${statement.sql}`)
+        }
+        // An index can still be read far past what a query needs (a range that the index
+        // does not bound, filtered row by row): fail when a statement throws away more
+        // rows than it returns, beyond a few.
+        if (TEST_DB !== 'pg') continue
+        const { removed, returned, plan } = await wastedRows(db, statement)
+        if (removed > 50 + 2 * returned) {
+          found.push(
+            `${name}: read ${removed} rows it threw away for ${returned} returned\n    in: ${statement.sql}\n${plan}`
+          )
+        }
+      }
+    }
+    assert.deepEqual(found, [], `full scans of large tables:\n${found.join('\n')}`)
+  })
+})
