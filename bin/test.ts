@@ -6,8 +6,8 @@ import { configure, processCLIArgs, run } from '@japa/runner'
 import { removeSqliteFiles } from '../tests/helpers/database.ts'
 
 /**
- * Japa entry point. TEST_DB=pg runs the database suites on PostgreSQL instead of the
- * embedded SQLite default.
+ * Japa entry point. TEST_DB=pg runs the database suites on PostgreSQL, TEST_DB=mysql on
+ * MySQL/MariaDB, instead of the embedded SQLite default.
  */
 processCLIArgs(process.argv.splice(2))
 configure({

@@ -64,6 +64,7 @@ export default class PayoutsProvider {
         emitter,
         database: hasLucid ? () => this.app.container.make('lucid.db') : undefined,
         encryption: () => this.app.container.make('encryption'),
+        httpServer: () => this.app.container.make('server'),
         ...hostLockServices(this.app),
       })
       return this.#service

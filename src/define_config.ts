@@ -1,3 +1,4 @@
+import { inspect } from 'node:util'
 import { z } from 'zod'
 import { API_KEY_PATTERN } from './schemas/common.ts'
 import { E_INVALID_PAYOUTS_CONFIG } from './errors.ts'
@@ -258,5 +259,46 @@ export function defineConfig(config: PayoutsConfigInput): PayoutsConfig {
     const issue = result.error.issues[0]
     throw new E_INVALID_PAYOUTS_CONFIG([`${issue.path.join('.') || '(root)'} ${issue.message}`])
   }
-  return result.data
+  return redactWhenShown(result.data)
+}
+
+const REDACTED = '[redacted]'
+
+/** A `redis://user:password@host` URL with its password hidden. */
+function withoutPassword(url: string | undefined) {
+  if (!url || !URL.canParse(url)) return url
+  const parsed = new URL(url)
+  if (parsed.password) parsed.password = REDACTED
+  return parsed.toString()
+}
+
+/**
+ * Makes the config safe to print: `console.log(config)`, `JSON.stringify(config)` and an
+ * assertion's diff of it (or of its `webhook` and `jobs` parts) show `[redacted]` for the
+ * API key, the webhook secrets and a Redis password. The values themselves are untouched.
+ */
+function redactWhenShown(config: PayoutsConfig): PayoutsConfig {
+  const shown = {
+    webhook: () => ({
+      ...config.webhook,
+      secret: config.webhook.secret && REDACTED,
+      previousSecret: config.webhook.previousSecret && REDACTED,
+    }),
+    jobs: () => ({ ...config.jobs, redis: withoutPassword(config.jobs.redis) }),
+    root: () => ({
+      ...config,
+      apiKey: config.apiKey && REDACTED,
+      webhook: shown.webhook(),
+      jobs: shown.jobs(),
+    }),
+  }
+  const hide = (target: object, view: () => object) => {
+    for (const key of ['toJSON', inspect.custom]) {
+      Object.defineProperty(target, key, { value: view, enumerable: false })
+    }
+  }
+  hide(config.webhook, shown.webhook)
+  hide(config.jobs, shown.jobs)
+  hide(config, shown.root)
+  return config
 }

@@ -73,3 +73,29 @@ export const E_PAYOUTS_API_KEY_MISSING = createError(
   'E_PAYOUTS_API_KEY_MISSING',
   500
 )
+
+/**
+ * `payouts.fake()` was asked something the service would refuse, or saw the app refuse a
+ * delivery (no webhook route, a bad secret): the message says which.
+ */
+export const E_PAYOUTS_FAKE = createError<[string]>('payouts.fake(): %s', 'E_PAYOUTS_FAKE', 500)
+
+/**
+ * `payouts.execute(input, { idempotencyKey })` with a key already used for another body or
+ * another owner: nothing was sent. Use a fresh key for a different payout.
+ */
+export const E_PAYOUTS_IDEMPOTENCY_KEY_REUSED = createError<[string]>(
+  'Idempotency key "%s" was already used for a different payout (another body or owner); nothing was sent',
+  'E_PAYOUTS_IDEMPOTENCY_KEY_REUSED',
+  422
+)
+
+/**
+ * The execution intent of this idempotency key is past the service's replay window with
+ * an unknown outcome: a human must decide (`node ace payouts:intents`); nothing was sent.
+ */
+export const E_PAYOUTS_INTENT_NEEDS_ATTENTION = createError<[string]>(
+  'The payout of idempotency key "%s" needs attention (its outcome is unknown past the replay window); nothing was sent. See node ace payouts:intents',
+  'E_PAYOUTS_INTENT_NEEDS_ATTENTION',
+  409
+)

@@ -1,4 +1,5 @@
 import { inspect } from 'node:util'
+import type { Dispatcher } from 'undici'
 import { DEFAULT_PATHS, ENDPOINTS, type PathName } from '../contract/endpoints.ts'
 import { detectFlow } from '../schemas/common.ts'
 import type { ConfirmEscrowDepositBody } from '../schemas/requests.ts'
@@ -47,6 +48,11 @@ export interface PayoutsClientOptions {
   logger?: ClientLogger
   /** Development only: allow http://127.0.0.1 and localhost webhook URLs (the emulator). */
   allowInsecureLoopbackWebhooks?: boolean
+  /**
+   * The undici dispatcher requests go through (default: the client's own keep-alive Agent,
+   * closed by `close()`; one given here is not). The in-process emulator has one.
+   */
+  dispatcher?: Dispatcher
   /** Injectable for tests: how retries wait, the jitter source, and the clock (epoch ms). */
   sleep?: (ms: number) => Promise<void>
   random?: () => number
@@ -95,6 +101,7 @@ export class PayoutsClient {
       sleep: options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms))),
       random: options.random ?? Math.random,
       now: options.now ?? Date.now,
+      dispatcher: options.dispatcher,
     })
     const paths: Record<PathName, string> = { ...DEFAULT_PATHS, ...options.paths }
     this.#endpoints = new EndpointCaller(this.#transport, paths)

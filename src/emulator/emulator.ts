@@ -1,17 +1,22 @@
 import { lookup } from 'node:dns/promises'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import type { Dispatcher } from 'undici'
 import type { WebhookLookup } from '../schemas/webhook_urls.ts'
 import { EmulatorAdmin } from './admin.ts'
 import { buildRoutes } from './api.ts'
 import { EmulatorClock, type ClockOptions } from './clock.ts'
 import { Faults } from './faults.ts'
+import { listenInProcess } from './in_process.ts'
 import { Lifecycle } from './lifecycle.ts'
 import { RateLimits } from './rate_limits.ts'
 import { createHandler } from './server.ts'
 import { DEFAULT_ACCOUNT, EmulatorState, type PayoutRecord } from './state.ts'
 import { WebhookDispatcher } from './webhooks.ts'
 import { EventSocketServer } from './websocket.ts'
+
+/** The base URL of an in-process emulator: a reserved name that resolves nowhere. */
+export const IN_PROCESS_BASE_URL = 'http://payouts-emulator.invalid'
 
 /** Options of `PayoutsEmulator.start(...)`. */
 export interface EmulatorOptions {
@@ -44,6 +49,17 @@ export interface EmulatorOptions {
   seed?: number
   /** A fixed key for the default account, instead of a random one. */
   apiKey?: string
+  /**
+   * Serve on a socket only this process reaches (no TCP port): `baseUrl` is then a name that
+   * resolves nowhere, and `dispatcher` is the undici dispatcher that reaches the emulator
+   * (pass it to the client). `payouts.fake()` uses it.
+   */
+  inProcess?: boolean
+  /**
+   * How webhook POSTs travel (default: an undici Agent that connects only to the addresses the
+   * URL rule just checked). `payouts.fake()` passes one that reaches the app in-process.
+   */
+  webhookDispatcher?: Dispatcher
 }
 
 /**
@@ -59,8 +75,11 @@ export class PayoutsEmulator {
   readonly webhooks: WebhookDispatcher
   readonly faults: Faults
   readonly admin: EmulatorAdmin
+  /** With `inProcess`: the undici dispatcher that reaches this emulator. */
+  readonly dispatcher?: Dispatcher
   #server: Server
   #sockets: EventSocketServer
+  #closeDispatcher?: () => Promise<void>
 
   private constructor(parts: {
     server: Server
@@ -72,8 +91,11 @@ export class PayoutsEmulator {
     faults: Faults
     sockets: EventSocketServer
     admin: EmulatorAdmin
+    inProcess?: { dispatcher: Dispatcher; close: () => Promise<void> }
   }) {
     this.#server = parts.server
+    this.dispatcher = parts.inProcess?.dispatcher
+    this.#closeDispatcher = parts.inProcess?.close
     this.baseUrl = parts.baseUrl
     this.wsUrl = parts.baseUrl.replace(/^http/, 'ws') + '/ws'
     this.apiKey = parts.apiKey
@@ -96,6 +118,7 @@ export class PayoutsEmulator {
       allowInsecureLoopback: options.allowInsecureWebhooks ?? false,
       lookup: options.lookup ?? ((hostname) => lookup(hostname, { all: true })),
       receiverTimeoutMs: options.webhookTimeoutMs ?? 10_000,
+      dispatcher: options.webhookDispatcher,
     })
     const sockets = new EventSocketServer(state, options.wsAuthTimeoutMs ?? 10_000)
     const emit = (payout: PayoutRecord, type: 'payout.created' | 'payout.status.updated') => {
@@ -166,6 +189,11 @@ export class PayoutsEmulator {
       })
     })
     server.on('upgrade', (req, socket, head) => sockets.upgrade(req, socket, head))
+    const parts = { server, apiKey, clock, state, webhooks, faults, sockets, admin }
+    if (options.inProcess) {
+      const inProcess = await listenInProcess(server, 'emulator')
+      return new PayoutsEmulator({ ...parts, baseUrl: IN_PROCESS_BASE_URL, inProcess })
+    }
     const host = options.host ?? '127.0.0.1'
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject)
@@ -173,17 +201,7 @@ export class PayoutsEmulator {
     })
     const { port } = server.address() as AddressInfo
     const baseUrl = `http://${host.includes(':') ? `[${host}]` : host}:${port}`
-    return new PayoutsEmulator({
-      server,
-      baseUrl,
-      apiKey,
-      clock,
-      state,
-      webhooks,
-      faults,
-      sockets,
-      admin,
-    })
+    return new PayoutsEmulator({ ...parts, baseUrl })
   }
 
   /** Stops the server, the sockets and every timer. */
@@ -193,5 +211,6 @@ export class PayoutsEmulator {
     this.#server.closeAllConnections()
     await new Promise<void>((resolve) => this.#server.close(() => resolve()))
     await this.webhooks.close()
+    await this.#closeDispatcher?.()
   }
 }

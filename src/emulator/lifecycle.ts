@@ -1,18 +1,10 @@
-import type { PayoutStep } from '../schemas/common.ts'
+import { PROCESSING_STEPS, type PayoutStep } from '../schemas/common.ts'
 import type { EmulatorClock } from './clock.ts'
 import type { PayoutRecord } from './state.ts'
 
-/** Steps taken while processing, in order; `delivered` completes the payout. */
-const PROCESSING_STEPS: PayoutStep[] = [
-  'compliance_cleared',
-  'instructions_sent',
-  'collected',
-  'converting',
-  'settling',
-]
-
 /**
- * Scenarios chosen by the payout's `reference`: `scenario:fail` fails at converting,
+ * Scenarios chosen by the payout's `reference`: `scenario:fail` fails at converting (reads
+ * then show `conversion_failed` as the running leg's providerMetadata status),
  * `scenario:cancel` is cancelled while pending, `scenario:stall` stops at collected.
  */
 export function scenarioOf(reference?: string): 'fail' | 'cancel' | 'stall' | 'normal' {
@@ -53,6 +45,7 @@ export class Lifecycle {
       return
     }
     if (scenario === 'fail' && step === 'converting') {
+      payout.failureStatus = 'conversion_failed'
       this.#move(payout, 'failed', payout.step)
       return
     }

@@ -73,6 +73,8 @@ export interface PayoutRecord {
   createdAt: string
   completedAt?: string
   idempotencyKey?: string
+  /** Why a failed payout failed, as its running leg's providerMetadata status. */
+  failureStatus?: string
 }
 
 export interface OnChainTx {
@@ -263,16 +265,25 @@ export function recipientView(recipient: RecipientRecord) {
   return omit(recipient, ['accountId'])
 }
 
-/** A public view of a payout, as GET /payouts/{id} returns it. */
+/**
+ * A public view of a payout, as GET /payouts/{id} returns it. A failed payout's reason is the
+ * `status` of the leg that was running (the offramp's, or the onramp's in the onramp flow).
+ */
 export function payoutView(payout: PayoutRecord) {
   const metadata: Record<string, unknown> = { version: 1 }
-  if (payout.flow !== 'stablecoin_to_fiat')
-    metadata.onramp = { protocol: 'emu-onramp', status: payout.status }
+  if (payout.flow !== 'stablecoin_to_fiat') {
+    const failedHere = payout.flow === 'onramp' && payout.failureStatus
+    metadata.onramp = {
+      protocol: 'emu-onramp',
+      status: failedHere ? payout.failureStatus : payout.status,
+    }
+  }
   if (payout.flow !== 'onramp') {
     metadata.offramp = {
       protocol: 'emu-offramp',
       amount: payout.payoutAmount,
       currency: payout.payoutCurrency,
+      ...(payout.failureStatus ? { status: payout.failureStatus } : {}),
     }
   }
   return {

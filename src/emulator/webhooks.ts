@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto'
-import { Agent, request } from 'undici'
+import { Agent, request, type Dispatcher } from 'undici'
 import {
   checkWebhookTarget,
   normaliseWebhookHost,
@@ -54,6 +54,8 @@ export interface WebhookDispatcherOptions {
   /** Resolves webhook host names before each POST. */
   lookup: WebhookLookup
   receiverTimeoutMs: number
+  /** How POSTs travel; default: an Agent pinned to the addresses the URL rule checked. */
+  dispatcher?: Dispatcher
 }
 
 /**
@@ -69,10 +71,13 @@ export class WebhookDispatcher {
   #inFlight = new Set<Promise<void>>()
   /** The addresses each host name was last checked to; the POST connects only to them. */
   #checked = new Map<string, ResolvedAddress[]>()
-  #agent: Agent
+  #agent: Dispatcher
+  #ownsAgent: boolean
 
   constructor(private options: WebhookDispatcherOptions) {
-    this.#agent = new Agent({ connect: { lookup: pinnedLookup(this.#checked) } })
+    this.#ownsAgent = !options.dispatcher
+    this.#agent =
+      options.dispatcher ?? new Agent({ connect: { lookup: pinnedLookup(this.#checked) } })
   }
 
   createSubscription(accountId: string, input: { url: string; events: string[]; label?: string }) {
@@ -243,7 +248,7 @@ export class WebhookDispatcher {
   /** Closes the connections to the receivers. */
   async close() {
     await this.settle()
-    await this.#agent.close()
+    if (this.#ownsAgent) await this.#agent.close()
   }
 
   #track(task: Promise<void>) {

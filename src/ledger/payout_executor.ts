@@ -13,10 +13,13 @@ import {
   type ExecuteInput,
   type PayoutsClient,
 } from '../client/payouts_client.ts'
-import type { ExecuteResult } from '../schemas/resources.ts'
+import { executeDataSchemaByFlow, type ExecuteResult } from '../schemas/resources.ts'
 import { dbDate } from '../database/dates.ts'
 import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
+import PayoutModel from '../models/payout.ts'
 import type Payout from '../models/payout.ts'
+import { E_PAYOUTS_IDEMPOTENCY_KEY_REUSED, E_PAYOUTS_INTENT_NEEDS_ATTENTION } from '../errors.ts'
+import { idempotencyKeySchema } from '../schemas/common.ts'
 import { mapExecuteStatus } from './state_machine.ts'
 import { createEscrowDeposit } from './escrow_deposits.ts'
 import type { PayoutLedger } from './payout_ledger.ts'
@@ -106,28 +109,75 @@ export class PayoutExecutor {
     }
   }
 
-  /** Executes a payout for `ownerId` (a user or tenant id of the host app). */
+  /**
+   * Executes a payout for `ownerId` (a user or tenant id of the host app). With an
+   * `idempotencyKey` of the app's (a request's `Idempotency-Key` header, `payout-order-42`; 8 to 255 url-safe characters), a
+   * repeated call never sends a second payout: after a success it answers the stored
+   * result without a request; otherwise it sends again with that same key, which the
+   * service answers with the original payout. The same key with another body or another
+   * owner is refused (E_PAYOUTS_IDEMPOTENCY_KEY_REUSED).
+   */
   async execute(
     input: ExecuteInput,
-    options: { ownerId?: string | null } = {}
+    options: { ownerId?: string | null; idempotencyKey?: string } = {}
   ): Promise<ExecutedPayout> {
     // Refused before the intent exists: nothing is recorded that could be re-sent.
     const { flow } = validateExecuteInput(input)
+    if (options.idempotencyKey !== undefined) {
+      const checked = idempotencyKeySchema.safeParse(options.idempotencyKey)
+      if (!checked.success) {
+        throw new PayoutsValidationError('idempotencyKey', checked.error.issues[0].message)
+      }
+    }
     const body: Record<string, unknown> = { ...input }
     delete body.flow
     const serialized = JSON.stringify(body, JSON_SAFE)
-    const intent = await ExecutionIntent.create(
-      {
-        idempotencyKey: randomUUID(),
-        ownerId: options.ownerId ?? null,
-        flow,
-        requestBody: { flow, ...body },
-        bodyHash: createHash('sha256').update(serialized).digest('hex'),
-        state: 'pending',
-        attempts: 0,
-      },
-      { connection: this.#options.connection }
-    )
+    const fields = {
+      idempotencyKey: options.idempotencyKey ?? randomUUID(),
+      ownerId: options.ownerId ?? null,
+      flow,
+      requestBody: { flow, ...body },
+      bodyHash: createHash('sha256').update(serialized).digest('hex'),
+      state: 'pending' as const,
+      attempts: 0,
+    }
+    let intent: ExecutionIntent
+    try {
+      intent = await ExecutionIntent.create(fields, { connection: this.#options.connection })
+    } catch (error) {
+      // The key's unique index: this key was used before (or is being used right now).
+      if (options.idempotencyKey === undefined) throw error
+      const existing = await ExecutionIntent.query({ connection: this.#options.connection })
+        .where('idempotency_key', fields.idempotencyKey)
+        .first()
+      if (!existing) throw error
+      return this.#repeat(existing, fields)
+    }
+    return this.#send(intent)
+  }
+
+  /** The same key again: the stored result, or the same request sent again with it. */
+  async #repeat(
+    intent: ExecutionIntent,
+    asked: { bodyHash: string; ownerId: string | null }
+  ): Promise<ExecutedPayout> {
+    if (intent.bodyHash !== asked.bodyHash || intent.ownerId !== asked.ownerId) {
+      throw new E_PAYOUTS_IDEMPOTENCY_KEY_REUSED([intent.idempotencyKey])
+    }
+    if (intent.state === 'succeeded' && intent.payoutUuid) {
+      // Stored as JSON (the atomic amount as a string): parsed back to the API's types.
+      const { flow, ...data } = intent.response as { flow: ExecuteResult['flow'] }
+      const result = { flow, ...executeDataSchemaByFlow[flow].parse(data) } as ExecuteResult
+      const payout = await PayoutModel.query({ connection: this.#options.connection })
+        .where('payout_uuid', intent.payoutUuid)
+        .firstOrFail()
+      return { result, payout, intent }
+    }
+    if (intent.state === 'needs_attention') {
+      throw new E_PAYOUTS_INTENT_NEEDS_ATTENTION([intent.idempotencyKey])
+    }
+    // Pending, unknown, refused or failed: the same key again can only ever answer the
+    // one payout the service created for it, if any.
     return this.#send(intent)
   }
 
@@ -171,8 +221,11 @@ export class PayoutExecutor {
     // re-send with its key (the service answers the original payout again).
     const payout = await boundedTransaction(
       this.#options.db.connection(this.#options.connection),
-      this.#options.transactionTimeoutMs,
-      'execute store',
+      {
+        timeoutMs: this.#options.transactionTimeoutMs,
+        what: 'execute store',
+        writes: PayoutModel.table,
+      },
       async (trx) => {
         const body = intent.requestBody as Record<string, any>
         const instructions: Record<string, unknown> = {}

@@ -39,6 +39,9 @@ export const PAYOUT_STEPS = [
 ] as const
 export type PayoutStep = (typeof PAYOUT_STEPS)[number]
 
+/** The steps of a payout while `processing`: after `initiated`, before `delivered`. */
+export const PROCESSING_STEPS: readonly PayoutStep[] = PAYOUT_STEPS.slice(1, -1)
+
 export const FLOWS = ['fiat_to_fiat', 'stablecoin_to_fiat', 'onramp'] as const
 export type ExecuteFlow = (typeof FLOWS)[number]
 

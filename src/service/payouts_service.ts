@@ -1,3 +1,4 @@
+import { inspect } from 'node:util'
 import type { HttpRouterService } from '@adonisjs/core/types'
 import type { PayoutsClient } from '../client/main.ts'
 import type { ExecuteInput } from '../client/payouts_client.ts'
@@ -6,6 +7,7 @@ import debug from '../debug.ts'
 import { E_PAYOUTS_FEATURE_DISABLED } from '../errors.ts'
 import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
 import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
+import type { PayoutsFake, PayoutsFakeOptions } from '../testing/payouts_fake.ts'
 import type { SecretStore } from '../webhooks/secret_store.ts'
 import { BackgroundWork } from './background_work.ts'
 import { PayoutsNotifier, type ChannelAuthorizers, type ChannelBroadcaster } from './notifier.ts'
@@ -29,6 +31,7 @@ export class PayoutsService {
   #notifier: PayoutsNotifier
   #background: BackgroundWork
   #reachability?: import('../health/reachability.ts').Reachability
+  #fake?: PayoutsFake
 
   constructor(config: PayoutsConfig, deps: PayoutsServiceDeps) {
     this.config = config
@@ -49,10 +52,60 @@ export class PayoutsService {
     })
   }
 
-  /** The framework-free API client, created on first use. */
+  /** The framework-free API client, created on first use (the fake's while faked). */
   get client(): PayoutsClient {
+    if (this.#fake) return this.#fake.client
     this.#client ??= createClient(this.config, this.#deps.logger)
     return this.#client
+  }
+
+  /**
+   * Swaps the service's client for an in-process emulator bound to this app until
+   * `restore()`, the way `mail.fake()` swaps the mailer: no network, no port. Its webhooks
+   * are signed and posted into this app's own route, so the receiver, the inbox, the
+   * ledger, the app's listeners and its Transmit channels run as in production. The handle
+   * it returns controls lifecycles, faults and time, and asserts what reached the service.
+   * Faking again restores first. See docs/testing.md.
+   */
+  async fake(options: PayoutsFakeOptions = {}): Promise<PayoutsFake> {
+    await this.restore()
+    const { PayoutsFake } = await import('../testing/payouts_fake.ts')
+    const fake = await PayoutsFake.start(
+      {
+        config: this.config,
+        httpServer: this.#deps.httpServer,
+        // Without a ledger there is no inbox: the deliveries were answered, nothing to process.
+        drainInbox: () =>
+          this.config.ledger.enabled && this.#deps.database
+            ? this.drainInbox()
+            : Promise.resolve(0),
+      },
+      options
+    )
+    await this.#forgetParts()
+    this.#fake = fake
+    return fake
+  }
+
+  /** Puts the real client back after `fake()` and stops the fake (a no-op when not faked). */
+  async restore() {
+    const fake = this.#fake
+    if (!fake) return
+    await this.#forgetParts()
+    this.#fake = undefined
+    await fake.close()
+  }
+
+  /**
+   * Drops the parts built on the client in use (they hold it), once their processing is
+   * idle; the next call builds them again on the client in use then.
+   */
+  async #forgetParts() {
+    const parts = await this.#parts?.catch(() => null)
+    await parts?.processor.idle()
+    this.#parts = undefined
+    await this.#reachability?.close()
+    this.#reachability = undefined
   }
 
   /** Ledger, executor and inbox, built once on first use (Lucid loaded lazily). */
@@ -80,9 +133,14 @@ export class PayoutsService {
 
   /**
    * Executes a payout through the ledger: intent first (crash-safe), then the API call,
-   * then the local row. `ownerId` ties it to a user or tenant of the host app.
+   * then the local row. `ownerId` ties it to a user or tenant of the host app. Give the
+   * request's own `idempotencyKey` (an `Idempotency-Key` header, `payout-order-<id>`) so that a
+   * retried request answers the same payout instead of sending a second one.
    */
-  async execute(input: ExecuteInput, options: { ownerId?: string | null } = {}) {
+  async execute(
+    input: ExecuteInput,
+    options: { ownerId?: string | null; idempotencyKey?: string } = {}
+  ) {
     const { executor } = await this.parts()
     debug('execute sending (owner %s)', options.ownerId ?? 'none')
     const executed = await executor.execute(input, options)
@@ -132,6 +190,7 @@ export class PayoutsService {
   ): Promise<string[]> {
     const { secret, previousSecret, previousSecretValidUntil } = this.config.webhook
     const secrets = secret ? [secret] : []
+    if (this.#fake?.webhookSecret) secrets.push(this.#fake.webhookSecret)
     if (previousSecret && previousSecretValidUntil && Date.parse(previousSecretValidUntil) > now) {
       secrets.push(previousSecret)
     }
@@ -246,7 +305,9 @@ export class PayoutsService {
     const { readHealth } = await import('./health.ts')
     const { Reachability } = await import('../health/reachability.ts')
     const ledger = this.config.ledger.enabled && this.#deps.database ? await this.parts() : null
-    this.#reachability ??= Reachability.of(this.config, this.#deps.logger)
+    this.#reachability ??= this.#fake
+      ? new Reachability(this.config, () => this.client)
+      : Reachability.of(this.config, this.#deps.logger)
     return readHealth({
       config: this.config,
       environment: this.client.environment,
@@ -281,8 +342,22 @@ export class PayoutsService {
     this.#background.startInboxWorker(intervalMs)
   }
 
+  /** What JSON.stringify shows: never the key or a secret. */
+  toJSON() {
+    return {
+      environment: this.config.environment,
+      baseUrl: this.config.baseUrl,
+      faked: Boolean(this.#fake),
+    }
+  }
+
+  [inspect.custom]() {
+    return `PayoutsService ${inspect(this.toJSON())}`
+  }
+
   /** Closes sockets and timers; called by the provider on shutdown. */
   async close() {
+    await this.restore()
     await this.#background.stop()
     if (this.#parts) {
       const parts = await this.#parts.catch(() => null)

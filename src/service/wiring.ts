@@ -1,3 +1,4 @@
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Logger } from '@adonisjs/core/logger'
 import type { EmitterService } from '@adonisjs/core/types'
 import type { Database } from '@adonisjs/lucid/database'
@@ -25,6 +26,11 @@ export interface PayoutsServiceDeps extends HostLockServices {
   encryption?: () => Promise<SecretCipher>
   /** The app's Lucid database; required by the ledger and the webhook inbox. */
   database?: () => Promise<Database>
+  /** The app's HTTP server: `payouts.fake()` delivers webhooks through it, in-process. */
+  httpServer?: () => Promise<{
+    boot(): Promise<void>
+    handle(req: IncomingMessage, res: ServerResponse): unknown
+  }>
 }
 
 /** The objects behind the service, each built once and sharing one database. */

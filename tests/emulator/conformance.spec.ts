@@ -428,9 +428,14 @@ test.group('Emulator | States and transitions', () => {
     await emu.admin.advance(60_000)
     const status = async (r: any) =>
       (await api(emu, 'GET', `/payouts/${r.json.data.payoutId}`)).json
-    assert.equal((await status(fail)).status, 'failed')
+    const failed = await status(fail)
+    assert.deepInclude(failed, { status: 'failed', step: 'collected' })
+    // The spec has no failure reason: the running leg's providerMetadata status says it.
+    assert.equal(failed.providerMetadata.offramp.status, 'conversion_failed')
     assert.deepInclude(await status(cancel), { status: 'cancelled', step: 'initiated' })
-    assert.deepInclude(await status(stall), { status: 'processing', step: 'collected' })
+    const stalled = await status(stall)
+    assert.deepInclude(stalled, { status: 'processing', step: 'collected' })
+    assert.notProperty(stalled.providerMetadata.offramp, 'status')
   })
 
   test('Execute-time statuses: stablecoin waits in awaiting_escrow_deposit until the deposit is detected', async ({

@@ -8,7 +8,11 @@ import type { AddressInfo } from 'node:net'
 import { IgnitorFactory } from '@adonisjs/core/factories'
 import type { ApplicationService, HttpRouterService } from '@adonisjs/core/types'
 import { defineConfig as defineDbConfig } from '@adonisjs/lucid'
-import { createPayoutsTables, dropPayoutsTables } from '../../src/database/schema.ts'
+import {
+  createPayoutsIndexes,
+  createPayoutsTables,
+  dropPayoutsTables,
+} from '../../src/database/schema.ts'
 import type { PayoutsService } from '../../src/service/payouts_service.ts'
 
 /** How bootHostApp and serveHostApp build the app. */
@@ -101,7 +105,11 @@ export async function serveHostApp(
 ): Promise<HostAppServer> {
   const app = await bootHostApp(options)
   const db = options.tablePrefix === undefined ? undefined : await app.container.make('lucid.db')
-  if (db) await createPayoutsTables(db.connection().schema, options.tablePrefix)
+  if (db)
+    await createPayoutsIndexes(
+      createPayoutsTables(db.connection().schema, options.tablePrefix),
+      options.tablePrefix
+    )
   const payouts = await app.container.make('payouts.manager')
   const router = await app.container.make('router')
   router.use([() => import('@adonisjs/core/bodyparser_middleware')])
