@@ -199,6 +199,11 @@ export interface RunningDemo {
   app: DemoApp
   /** The `node ace payouts:work` process that processes them. */
   worker: DemoProcess
+  /**
+   * Stops the web process and starts a new one on the same port and database (what a deploy
+   * does to open connections: the page's live stream drops and must come back).
+   */
+  restartApp(): Promise<void>
   /** Stops the app and the worker, then the emulator; a second call waits for the first. */
   stop(): Promise<void>
 }
@@ -222,7 +227,8 @@ export async function startDemo(options: DemoOptions = {}): Promise<RunningDemo>
   const port = options.port ?? 3333
   mkdirSync(`${DEMO_ROOT}tmp`, { recursive: true })
   const dbFile = `tmp/demo-${port}.sqlite`
-  rmSync(`${DEMO_ROOT}${dbFile}`, { force: true })
+  for (const suffix of ['', '-wal', '-shm'])
+    rmSync(`${DEMO_ROOT}${dbFile}${suffix}`, { force: true })
   const env = demoEnv({
     PORT: String(port),
     DB_FILE: dbFile,
@@ -254,16 +260,21 @@ export async function startDemo(options: DemoOptions = {}): Promise<RunningDemo>
       throw error
     }
     let stopped: Promise<void> | undefined
-    return {
+    const running: RunningDemo = {
       url: app.url,
       emulator,
       app,
       worker,
+      async restartApp() {
+        await running.app.stop()
+        running.app = await startDemoApp({ port, env, output: options.output })
+      },
       stop() {
-        stopped ??= Promise.all([app.stop(), worker.stop()]).then(() => emulator.close())
+        stopped ??= Promise.all([running.app.stop(), worker.stop()]).then(() => emulator.close())
         return stopped
       },
     }
+    return running
   } catch (error) {
     await emulator.close()
     throw error

@@ -9,5 +9,15 @@ export default defineConfig({
     () => import('@adonisjs/transmit/transmit_provider'),
     () => import('@svc/adonis-payouts/payouts_provider')
   ],
-  preloads: [() => import('#start/routes'), () => import('#start/kernel'), () => import('#start/payouts')],
+  preloads: [() => import('#start/routes'), () => import('#start/kernel'), () => import('#start/events'), () => import('#start/payouts')],
+  tests: {
+    suites: [
+      {
+        files: ['tests/functional/**/*.spec.ts'],
+        name: 'functional',
+        timeout: 30000,
+      },
+    ],
+    forceExit: true,
+  },
 })

@@ -1,8 +1,9 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { fileURLToPath } from 'node:url'
+import { DatabaseSync } from 'node:sqlite'
 import { test } from '@japa/runner'
-import { EXIT_WITH_PARENT, freePort, startDemo } from '../../scripts/demo_runner.ts'
+import { DEMO_ROOT, EXIT_WITH_PARENT, freePort, startDemo } from '../../scripts/demo_runner.ts'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 
@@ -69,7 +70,8 @@ test.group('Demo runner | a worker beside the web process', () => {
     const demo = await startDemo({
       port: await freePort(),
       stepIntervalMs: 300,
-      output: 'ignore',
+      // The app's warnings and errors, in the log of a failed run.
+      output: 'inherit',
       log: () => {},
       workerLog: (line) => workerLines.push(line),
     })
@@ -80,8 +82,9 @@ test.group('Demo runner | a worker beside the web process', () => {
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ flow: 'fiat_to_fiat', amount: 120 }),
     })
-    assert.equal(executed.status, 200)
-    const { payoutId } = (await executed.json()) as { payoutId: string }
+    const answer = await executed.text()
+    assert.equal(executed.status, 200, answer)
+    const { payoutId } = JSON.parse(answer) as { payoutId: string }
 
     let status: string | undefined
     const deadline = Date.now() + 60_000
@@ -105,6 +108,11 @@ test.group('Demo runner | a worker beside the web process', () => {
 
     const health = (await (await fetch(`${demo.url}/api/health`)).json()) as any
     assert.equal(health.checks.inboxBacklog.status, 'ok')
+
+    // Two processes on one file: in WAL mode (the demo's pool hook) readers never wait.
+    const db = new DatabaseSync(`${DEMO_ROOT}tmp/demo-${new URL(demo.url).port}.sqlite`)
+    cleanup(() => db.close())
+    assert.equal((db.prepare('PRAGMA journal_mode').get() as any).journal_mode, 'wal')
 
     await demo.stop()
     assert.isNotNull(demo.worker.child.exitCode ?? demo.worker.child.signalCode)

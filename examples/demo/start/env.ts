@@ -12,13 +12,18 @@ export default await Env.create(new URL('../', import.meta.url), {
   | Variables for configuring the database package
   |----------------------------------------------------------
   */
-  DB_CONNECTION: Env.schema.enum.optional(['sqlite', 'pg'] as const),
+  DB_CONNECTION: Env.schema.enum.optional(['sqlite', 'pg', 'mysql'] as const),
   DB_FILE: Env.schema.string.optional(),
   PG_HOST: Env.schema.string.optional({ format: 'host' }),
   PG_PORT: Env.schema.number.optional(),
   PG_USER: Env.schema.string.optional(),
   PG_PASSWORD: Env.schema.string.optional(),
   PG_DATABASE: Env.schema.string.optional(),
+  MYSQL_HOST: Env.schema.string.optional({ format: 'host' }),
+  MYSQL_PORT: Env.schema.number.optional(),
+  MYSQL_USER: Env.schema.string.optional(),
+  MYSQL_PASSWORD: Env.schema.string.optional(),
+  MYSQL_DATABASE: Env.schema.string.optional(),
 
   /*
   |----------------------------------------------------------
