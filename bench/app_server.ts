@@ -2,7 +2,7 @@ import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks'
 import v8 from 'node:v8'
 import { PayoutLedger } from '../src/ledger/payout_ledger.ts'
 import { startBenchApp, type BenchDb } from './app.ts'
-import { growthCommands } from './growth_child.ts'
+import { growthCommands, processFor } from './growth_child.ts'
 import { failToParent, serveParent } from './ipc.ts'
 
 /**
@@ -100,21 +100,8 @@ async function main() {
           return Number(row?.total ?? 0)
         }
         const before = await processed()
-        const { processor } = await bench.payouts.parts()
         mayBeDraining = true
-        const started = performance.now()
-        bench.setProcessing(true)
-        processor.kick()
-        // Until the backlog is gone or the time is up: a backlog drained early must not
-        // be divided by the whole window.
-        let timer: NodeJS.Timeout | undefined
-        await Promise.race([
-          processor.idle(),
-          new Promise((resolve) => (timer = setTimeout(resolve, args.ms))),
-        ])
-        clearTimeout(timer)
-        const seconds = (performance.now() - started) / 1000
-        bench.setProcessing(false)
+        const seconds = await processFor(bench, args.ms)
         const rows = (await processed()) - before
         return { rows, seconds }
       },

@@ -40,8 +40,11 @@ function dialectOf(client: QueryClientContract): Dialect {
   return 'sqlite'
 }
 
+/** Rows per INSERT on MySQL. */
+const MYSQL_CHUNK = 100_000
+
 /** SQL fragments that differ between the three stores. */
-function sqlOf(dialect: Dialect) {
+function sqlOf(dialect: Dialect, options: { sequenceEngine?: boolean } = {}) {
   return {
     /** Strings joined. */
     concat: (...parts: string[]) =>
@@ -67,25 +70,62 @@ function sqlOf(dialect: Dialect) {
         : dialect === 'mysql'
           ? `((${a}) DIV (${b}))`
           : `((${a}) / (${b}))`,
-    /** INSERT INTO `table` (`columns`) SELECT `select` FROM a series x = from+1..to. */
+    /**
+     * INSERT INTO `table` (`columns`) SELECT `select` FROM a series x = from+1..to: one
+     * statement on PostgreSQL and SQLite; on MySQL one per `MYSQL_CHUNK` rows (InnoDB keeps a
+     * transaction's undo until it commits, and a recursive CTE materialises its rows), over
+     * MariaDB's SEQUENCE engine (`seq_1_to_n`) where there is one.
+     */
     insertSeries: (
       table: string,
       columns: string[],
       select: string[],
       from: number,
       to: number
-    ) => {
+    ): string[] => {
       const cols = columns.join(', ')
       const values = select.join(', ')
       if (dialect === 'pg') {
-        return `INSERT INTO ${table} (${cols}) SELECT ${values} FROM generate_series(${from + 1}, ${to}) AS s(x)`
+        return [
+          `INSERT INTO ${table} (${cols}) SELECT ${values} FROM generate_series(${from + 1}, ${to}) AS s(x)`,
+        ]
       }
-      const series = `WITH RECURSIVE s(x) AS (SELECT ${from + 1} UNION ALL SELECT x + 1 FROM s WHERE x < ${to})`
-      return dialect === 'mysql'
-        ? `INSERT INTO ${table} (${cols}) ${series} SELECT ${values} FROM s`
-        : `${series} INSERT INTO ${table} (${cols}) SELECT ${values} FROM s`
+      const recursive = (a: number, b: number) =>
+        `WITH RECURSIVE s(x) AS (SELECT ${a} UNION ALL SELECT x + 1 FROM s WHERE x < ${b})`
+      if (dialect === 'sqlite') {
+        return [`${recursive(from + 1, to)} INSERT INTO ${table} (${cols}) SELECT ${values} FROM s`]
+      }
+      const statements: string[] = []
+      for (let a = from + 1; a <= to; a += MYSQL_CHUNK) {
+        const b = Math.min(to, a + MYSQL_CHUNK - 1)
+        statements.push(
+          options.sequenceEngine
+            ? `INSERT INTO ${table} (${cols}) SELECT ${values} FROM (SELECT seq AS x FROM seq_${a}_to_${b}) AS s`
+            : `INSERT INTO ${table} (${cols}) ${recursive(a, b)} SELECT ${values} FROM s`
+        )
+      }
+      return statements
     },
   }
+}
+
+/** The SQL of `client`'s store (on MySQL, whether MariaDB's SEQUENCE engine is there). */
+async function sqlFor(client: QueryClientContract) {
+  const dialect = dialectOf(client)
+  if (dialect !== 'mysql') return sqlOf(dialect)
+  // The recursive CTE's depth (where the SEQUENCE engine is missing): MySQL 8 and MariaDB
+  // name the limit differently, and each refuses the other's name.
+  await client.rawQuery('SET SESSION cte_max_recursion_depth = 100000000').catch(() => {})
+  await client.rawQuery('SET SESSION max_recursive_iterations = 100000000').catch(() => {})
+  const [rows] = await client.rawQuery(
+    "SELECT COUNT(*) AS n FROM information_schema.ENGINES WHERE ENGINE = 'SEQUENCE' AND SUPPORT IN ('YES', 'DEFAULT')"
+  )
+  return sqlOf(dialect, { sequenceEngine: Number(rows[0].n) > 0 })
+}
+
+/** Runs each statement in turn (each its own transaction). */
+async function runAll(client: QueryClientContract, statements: string[]) {
+  for (const statement of statements) await client.rawQuery(statement)
 }
 
 /** A base64 body of about `bytes` characters. */
@@ -111,13 +151,9 @@ export async function seedLedger(
   const span = (options.spanDays ?? 33) * 86_400
   const body = seedBody(options.bodyBytes)
   const dialect = dialectOf(client)
-  const sql = sqlOf(dialect)
+  const sql = await sqlFor(client)
   const t = tableNames(prefix)
-  const run = (statement: string) => client.rawQuery(statement)
-  if (dialect === 'mysql')
-    await run('SET SESSION cte_max_recursion_depth = 100000000').catch(() => {})
-  if (dialect === 'mysql')
-    await run('SET SESSION max_recursive_iterations = 100000000').catch(() => {})
+  const run = (statements: string[]) => runAll(client, statements)
 
   const uuid = (x: string) => sql.concat(`'00000000-0000-4000-8000-'`, sql.pad(x))
   // Older ids older: payout x was created (horizon - x) / horizon of the span ago.
@@ -262,9 +298,10 @@ export async function insertInbox(
   options: { from: number; to: number; horizon: number; span: number; body: string }
 ) {
   const { from, to, horizon, span, body } = options
-  const sql = sqlOf(dialectOf(client))
+  const sql = await sqlFor(client)
   const received = sql.ago(`(${horizon} - x) * ${span / horizon} + 120`)
-  await client.rawQuery(
+  await runAll(
+    client,
     sql.insertSeries(
       tableNames(prefix).webhookDeliveries,
       [
