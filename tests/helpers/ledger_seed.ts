@@ -44,7 +44,7 @@ function dialectOf(client: QueryClientContract): Dialect {
 const MYSQL_CHUNK = 100_000
 
 /** SQL fragments that differ between the three stores. */
-function sqlOf(dialect: Dialect, options: { sequenceEngine?: boolean } = {}) {
+function sqlOf(dialect: Dialect, options: { sequenceEngine?: boolean; mariadb?: boolean } = {}) {
   return {
     /** Strings joined. */
     concat: (...parts: string[]) =>
@@ -98,10 +98,14 @@ function sqlOf(dialect: Dialect, options: { sequenceEngine?: boolean } = {}) {
       const statements: string[] = []
       for (let a = from + 1; a <= to; a += MYSQL_CHUNK) {
         const b = Math.min(to, a + MYSQL_CHUNK - 1)
+        // Without the SEQUENCE engine, the recursion's limit (1,000 by default) is raised for
+        // the statement itself: a SET SESSION would reach one connection of the pool only.
         statements.push(
           options.sequenceEngine
             ? `INSERT INTO ${table} (${cols}) SELECT ${values} FROM (SELECT seq AS x FROM seq_${a}_to_${b}) AS s`
-            : `INSERT INTO ${table} (${cols}) ${recursive(a, b)} SELECT ${values} FROM s`
+            : options.mariadb
+              ? `SET STATEMENT max_recursive_iterations = ${MYSQL_CHUNK} FOR INSERT INTO ${table} (${cols}) ${recursive(a, b)} SELECT ${values} FROM s`
+              : `INSERT /*+ SET_VAR(cte_max_recursion_depth = ${MYSQL_CHUNK}) */ INTO ${table} (${cols}) ${recursive(a, b)} SELECT ${values} FROM s`
         )
       }
       return statements
@@ -113,14 +117,13 @@ function sqlOf(dialect: Dialect, options: { sequenceEngine?: boolean } = {}) {
 async function sqlFor(client: QueryClientContract) {
   const dialect = dialectOf(client)
   if (dialect !== 'mysql') return sqlOf(dialect)
-  // The recursive CTE's depth (where the SEQUENCE engine is missing): MySQL 8 and MariaDB
-  // name the limit differently, and each refuses the other's name.
-  await client.rawQuery('SET SESSION cte_max_recursion_depth = 100000000').catch(() => {})
-  await client.rawQuery('SET SESSION max_recursive_iterations = 100000000').catch(() => {})
   const [rows] = await client.rawQuery(
-    "SELECT COUNT(*) AS n FROM information_schema.ENGINES WHERE ENGINE = 'SEQUENCE' AND SUPPORT IN ('YES', 'DEFAULT')"
+    "SELECT VERSION() AS version, (SELECT COUNT(*) FROM information_schema.ENGINES WHERE ENGINE = 'SEQUENCE' AND SUPPORT IN ('YES', 'DEFAULT')) AS n"
   )
-  return sqlOf(dialect, { sequenceEngine: Number(rows[0].n) > 0 })
+  return sqlOf(dialect, {
+    sequenceEngine: Number(rows[0].n) > 0,
+    mariadb: String(rows[0].version).includes('MariaDB'),
+  })
 }
 
 /** Runs each statement in turn (each its own transaction). */
