@@ -77,6 +77,10 @@ function connectionFor(db: BenchDb, sqliteFile: string, journal: SqliteJournal) 
               if (process.env.BENCH_SQLITE_CACHE_MB) {
                 conn.pragma(`cache_size = -${Number(process.env.BENCH_SQLITE_CACHE_MB) * 1024}`)
               }
+              // BENCH_SQLITE_MMAP_MB: pages read through a memory map rather than copied in.
+              if (process.env.BENCH_SQLITE_MMAP_MB) {
+                conn.pragma(`mmap_size = ${Number(process.env.BENCH_SQLITE_MMAP_MB) * 1024 * 1024}`)
+              }
               done()
             },
           }

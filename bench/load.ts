@@ -61,8 +61,15 @@ export async function loadRoute(options: {
   durationS: number
   connections: number
   overallRate?: number
+  /**
+   * Latencies of answers that arrive within this many ms of the start are left out of the
+   * samples (still counted): the connections open and send their first requests at once,
+   * a burst that a steady rate does not have, and in a short run it can be the whole 1% tail.
+   */
+  rampMs?: number
 }): Promise<LoadRun> {
   const latencies: number[] = []
+  const rampEnd = performance.now() + (options.rampMs ?? 0)
   const statuses = new Map<number, number>()
   let instance!: autocannon.Instance
   const finished = new Promise<autocannon.Result>((resolve, reject) => {
@@ -95,7 +102,12 @@ export async function loadRoute(options: {
   })
   instance.on('response', (_client, statusCode, _bytes, responseTime) => {
     statuses.set(statusCode, (statuses.get(statusCode) ?? 0) + 1)
-    if (statusCode >= 200 && statusCode < 300 && latencies.length < 2_000_000) {
+    if (
+      statusCode >= 200 &&
+      statusCode < 300 &&
+      latencies.length < 2_000_000 &&
+      performance.now() >= rampEnd
+    ) {
       latencies.push(responseTime)
     }
   })
