@@ -93,12 +93,13 @@ export async function configure(command: Configure) {
   await codemods.makeUsingStub(stubsRoot, 'start/payouts.stub', { transmit: hasTransmit })
 
   // Each migration once: a second run finds them and publishes nothing. An app whose tables
-  // an earlier version created gets the indexes migration alone (run configure again).
+  // an earlier version created gets the later migrations alone (run configure again).
   const migrations = await readdir(command.app.makePath('database/migrations')).catch(() => [])
   const stamp = Date.now()
   const publish = [
     { name: 'create_payouts_tables', at: stamp },
     { name: 'add_payouts_indexes', at: stamp + 1 },
+    { name: 'add_payouts_leases', at: stamp + 2 },
   ]
   for (const { name, at } of publish) {
     if (migrations.some((file) => file.endsWith(`_${name}.ts`))) continue

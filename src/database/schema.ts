@@ -12,6 +12,7 @@ export function tableNames(prefix = DEFAULT_TABLE_PREFIX) {
     executionIntents: `${prefix}execution_intents`,
     locks: `${prefix}locks`,
     webhookSecrets: `${prefix}webhook_secrets`,
+    heartbeats: `${prefix}heartbeats`,
   }
 }
 
@@ -192,6 +193,7 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT
 export function dropPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
   const t = tableNames(prefix)
   return schema
+    .dropTableIfExists(t.heartbeats)
     .dropTableIfExists(t.locks)
     .dropTableIfExists(t.webhookSecrets)
     .dropTableIfExists(t.executionIntents)
@@ -243,4 +245,52 @@ export function dropPayoutsIndexes(schema: Knex.SchemaBuilder, prefix = DEFAULT_
     })
   }
   return schema
+}
+
+/**
+ * What the third migration (`add_payouts_leases`) adds to tables an earlier version created:
+ * - `execution_intents.key_origin`: `app` when the key is the app's own (kept as long as the
+ *   payout it made: pruning never makes an app's key new again), `plugin` when the plugin
+ *   made it; null on rows from before, which pruning treats as the app's.
+ * - `payout_events.notify_owner` / `notify_until`: the per-change lease on its notification,
+ *   held by the one live process that fires the change's app events and broadcasts.
+ * - `heartbeats`: when the worker and each job last ran, per process, for health.
+ */
+export function createPayoutsLeases(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
+  const t = tableNames(prefix)
+  const mysql = (schema as unknown as { client: { dialect: string } }).client.dialect === 'mysql'
+  const at = (table: Knex.CreateTableBuilder | Knex.AlterTableBuilder, name: string) =>
+    mysql ? table.datetime(name, { precision: 3 }) : table.timestamp(name, { useTz: true })
+  return schema
+    .alterTable(t.executionIntents, (table) => {
+      table.string('key_origin', 8).nullable()
+    })
+    .alterTable(t.payoutEvents, (table) => {
+      table.string('notify_owner', 64).nullable()
+      at(table, 'notify_until').nullable()
+    })
+    .createTable(t.heartbeats, (table) => {
+      if (mysql) {
+        table.charset('utf8mb4')
+        table.collate('utf8mb4_bin')
+      }
+      // One row per beat source: `worker`, `job:reconcile`, ... (and the process that beat).
+      table.string('name', 191).notNullable().primary()
+      table.string('owner', 128).nullable()
+      at(table, 'beat_at').notNullable()
+    })
+}
+
+/** Removes them (the third migration's `down`). */
+export function dropPayoutsLeases(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
+  const t = tableNames(prefix)
+  return schema
+    .dropTableIfExists(t.heartbeats)
+    .alterTable(t.payoutEvents, (table) => {
+      table.dropColumn('notify_owner')
+      table.dropColumn('notify_until')
+    })
+    .alterTable(t.executionIntents, (table) => {
+      table.dropColumn('key_origin')
+    })
 }

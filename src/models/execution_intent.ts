@@ -27,6 +27,13 @@ export default class ExecutionIntent extends BaseModel {
   @column()
   declare ownerId: string | null
 
+  /**
+   * `app`: the key is the app's own (kept as long as the payout it made); `plugin`: a fresh
+   * one the plugin made; null on rows from before the column existed (treated as `app`).
+   */
+  @column()
+  declare keyOrigin: 'app' | 'plugin' | null
+
   @column()
   declare flow: string
 

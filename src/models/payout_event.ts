@@ -43,6 +43,14 @@ export default class PayoutEvent extends BaseModel {
   @column.dateTime()
   declare notifiedAt: DateTime | null
 
+  /** The process that holds this change's notification lease (null: nobody). */
+  @column()
+  declare notifyOwner: string | null
+
+  /** When that lease ends unless renewed; another process may take the change after it. */
+  @column.dateTime()
+  declare notifyUntil: DateTime | null
+
   @column.dateTime({ autoCreate: true })
   declare createdAt: DateTime
 }

@@ -8,14 +8,10 @@ import { AppFactory } from '@adonisjs/core/factories/app'
 import { Logger } from '@adonisjs/core/logger'
 import { Database } from '@adonisjs/lucid/database'
 import { BaseModel } from '@adonisjs/lucid/orm'
-import {
-  createPayoutsIndexes,
-  createPayoutsTables,
-  dropPayoutsTables,
-} from '../../src/database/schema.ts'
+import { dropPayoutsTables } from '../../src/database/schema.ts'
 import { seededRandom } from '../../src/emulator/random.ts'
 import { configureModels } from '../../src/models/main.ts'
-import { connectionConfig, portVariable } from '../helpers/database.ts'
+import { connectionConfig, createAllPayoutsTables, portVariable } from '../helpers/database.ts'
 import { TcpProxy } from '../helpers/tcp_proxy.ts'
 
 export type ChaosFlow = 'fiat_to_fiat' | 'stablecoin_to_fiat' | 'onramp'
@@ -214,7 +210,7 @@ export async function openDatabase(
   BaseModel.useAdapter(db.modelAdapter())
   const prefix = `c${Math.random().toString(36).slice(2, 8)}_`
   configureModels(prefix)
-  await createPayoutsIndexes(createPayoutsTables(db.connection().schema, prefix), prefix)
+  await createAllPayoutsTables(db.connection().schema, prefix)
   cleanup(async () => {
     // A failed SQLite run keeps its file (next to the logs) for inspection.
     if (base.client !== 'better-sqlite3' || !keep())

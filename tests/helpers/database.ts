@@ -9,10 +9,19 @@ import { Logger } from '@adonisjs/core/logger'
 import { AppFactory } from '@adonisjs/core/factories/app'
 import {
   createPayoutsIndexes,
+  createPayoutsLeases,
   createPayoutsTables,
   dropPayoutsTables,
 } from '../../src/database/schema.ts'
 import { configureModels } from '../../src/models/main.ts'
+
+/** The plugin's tables as the three published migrations leave them, in their order. */
+export function createAllPayoutsTables(schema: any, prefix?: string) {
+  return createPayoutsLeases(
+    createPayoutsIndexes(createPayoutsTables(schema, prefix), prefix),
+    prefix
+  ) as Promise<void>
+}
 
 /** The suite's database: `TEST_DB=pg` PostgreSQL, `TEST_DB=mysql` MySQL/MariaDB, else SQLite. */
 export const TEST_DB: 'pg' | 'mysql' | 'sqlite' =
@@ -95,7 +104,7 @@ export async function setupDatabase(
   const prefix = options.prefix ?? `t${Math.random().toString(36).slice(2, 8)}_`
   configureModels(prefix)
   const owner = options.createTables !== false
-  if (owner) await createPayoutsIndexes(createPayoutsTables(db.connection().schema, prefix), prefix)
+  if (owner) await createAllPayoutsTables(db.connection().schema, prefix)
   cleanup(async () => {
     if (owner) await dropPayoutsTables(db.connection().schema, prefix)
     await db.manager.closeAll()

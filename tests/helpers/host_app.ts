@@ -8,11 +8,8 @@ import type { AddressInfo } from 'node:net'
 import { IgnitorFactory } from '@adonisjs/core/factories'
 import type { ApplicationService, HttpRouterService } from '@adonisjs/core/types'
 import { defineConfig as defineDbConfig } from '@adonisjs/lucid'
-import {
-  createPayoutsIndexes,
-  createPayoutsTables,
-  dropPayoutsTables,
-} from '../../src/database/schema.ts'
+import { dropPayoutsTables } from '../../src/database/schema.ts'
+import { createAllPayoutsTables } from './database.ts'
 import type { PayoutsService } from '../../src/service/payouts_service.ts'
 
 /** How bootHostApp and serveHostApp build the app. */
@@ -106,10 +103,7 @@ export async function serveHostApp(
   const app = await bootHostApp(options)
   const db = options.tablePrefix === undefined ? undefined : await app.container.make('lucid.db')
   if (db)
-    await createPayoutsIndexes(
-      createPayoutsTables(db.connection().schema, options.tablePrefix),
-      options.tablePrefix
-    )
+    await createAllPayoutsTables(db.connection().schema, options.tablePrefix)
   const payouts = await app.container.make('payouts.manager')
   const router = await app.container.make('router')
   router.use([() => import('@adonisjs/core/bodyparser_middleware')])

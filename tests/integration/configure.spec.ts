@@ -112,9 +112,9 @@ test.group('Configure', (group) => {
     await assert.fileContains('.env.example', 'PAYOUTS_BASE_URL=http://127.0.0.1:4010')
     await assert.fileContains('.env.example', 'PAYOUTS_API_KEY=')
     await assert.fileNotContains('.env.example', URL_SAFE_KEY)
-    const [migration, indexes, ...others] = await migrationsOf(folderUrl(fs.basePath))
+    const [migration, indexes, leases, ...others] = await migrationsOf(folderUrl(fs.basePath))
     assert.lengthOf(others, 0)
-    assert.lengthOf(await fs.readDir('database/migrations'), 2)
+    assert.lengthOf(await fs.readDir('database/migrations'), 3)
     assert.match(migration, /^\d+_create_payouts_tables\.ts$/)
     await assert.fileContains(`database/migrations/${migration}`, [
       `createPayoutsTables(this.schema, 'svc_')`,
@@ -126,6 +126,13 @@ test.group('Configure', (group) => {
     await assert.fileContains(`database/migrations/${indexes}`, [
       `createPayoutsIndexes(this.schema, 'svc_')`,
       `dropPayoutsIndexes(this.schema, 'svc_')`,
+    ])
+    // The leases and heartbeats come last, in their own migration.
+    assert.match(leases, /^\d+_add_payouts_leases\.ts$/)
+    assert.isAbove(Number.parseInt(leases), Number.parseInt(indexes))
+    await assert.fileContains(`database/migrations/${leases}`, [
+      `createPayoutsLeases(this.schema, 'svc_')`,
+      `dropPayoutsLeases(this.schema, 'svc_')`,
     ])
     await assert.fileContains('start/env.ts', [
       'PAYOUTS_API_KEY: Env.schema.string.optional()',
@@ -139,7 +146,7 @@ test.group('Configure', (group) => {
     assert.notMatch(logs.join('\n'), /Set PAYOUTS_API_KEY/)
   })
 
-  test('an app whose tables an earlier version created gets the indexes migration alone', async ({
+  test('an app whose tables an earlier version created gets the later migrations alone', async ({
     assert,
     fs,
   }) => {
@@ -148,8 +155,9 @@ test.group('Configure', (group) => {
     const command = await ace.create(Configure, ARGS)
     await command.exec()
     assertConfigured(command)
-    const [tables, indexes, ...others] = await migrationsOf(folderUrl(fs.basePath))
+    const [tables, indexes, leases, ...others] = await migrationsOf(folderUrl(fs.basePath))
     assert.lengthOf(others, 0)
+    assert.match(leases, /^\d+_add_payouts_leases\.ts$/)
     assert.equal(`database/migrations/${tables}`, earlier)
     await assert.fileEquals(earlier, '// the tables, as published before')
     assert.match(indexes, /^\d+_add_payouts_indexes\.ts$/)
@@ -176,7 +184,7 @@ test.group('Configure', (group) => {
     const again = await ace.create(Configure, ARGS)
     await again.exec()
     assertConfigured(again)
-    assert.lengthOf(await fs.readDir('database/migrations'), 2)
+    assert.lengthOf(await fs.readDir('database/migrations'), 3)
     const second = await Promise.all(files.map((file) => fs.contents(file)))
     assert.deepEqual(second, first)
   })

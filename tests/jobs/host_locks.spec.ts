@@ -2,10 +2,10 @@ import { randomUUID } from 'node:crypto'
 import { test } from '@japa/runner'
 import { defineConfig as defineLockConfig, stores } from '@adonisjs/lock'
 import type { ApplicationService } from '@adonisjs/core/types'
-import { createPayoutsTables, dropPayoutsTables, tableNames } from '../../src/database/schema.ts'
+import { dropPayoutsTables, tableNames } from '../../src/database/schema.ts'
 import { defineConfig } from '../../src/define_config.ts'
 import { BASE_URL, TEST_API_KEY } from '../helpers/app.ts'
-import { connectionConfig, TEST_DB } from '../helpers/database.ts'
+import { connectionConfig, createAllPayoutsTables, TEST_DB } from '../helpers/database.ts'
 import { bootHostApp } from '../helpers/host_app.ts'
 
 const LOCK_PROVIDER = () => import('@adonisjs/lock/lock_provider')
@@ -34,7 +34,7 @@ async function hostApp(
   })
   const db = await app.container.make('lucid.db')
   const schema = () => db.connection().schema
-  await createPayoutsTables(schema(), prefix)
+  await createAllPayoutsTables(schema(), prefix)
   await schema().createTable(hostTable, (table) => {
     table.string('key', 255).notNullable().primary()
     table.string('owner').notNullable()

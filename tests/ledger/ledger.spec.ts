@@ -2,13 +2,18 @@ import { test } from '@japa/runner'
 import fc from 'fast-check'
 import { DateTime } from 'luxon'
 import { randomUUID } from 'node:crypto'
-import { createPayoutsTables, dropPayoutsTables, tableNames } from '../../src/database/schema.ts'
+import { dropPayoutsTables, tableNames } from '../../src/database/schema.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import type { PayoutChange, PayoutObservation } from '../../src/ledger/vocabulary.ts'
 import { mapExecuteStatus, reduce } from '../../src/ledger/state_machine.ts'
 import { locksRows } from '../../src/database/dialects.ts'
 import { Payout, PayoutEvent } from '../../src/models/main.ts'
-import { recordStatements, setupDatabase, TEST_DB } from '../helpers/database.ts'
+import {
+  createAllPayoutsTables,
+  recordStatements,
+  setupDatabase,
+  TEST_DB,
+} from '../helpers/database.ts'
 
 /** A genuine trajectory of one payout, as the service would report it. */
 function trajectory(
@@ -169,7 +174,7 @@ test.group(`Ledger | apply (${TEST_DB})`, () => {
     for (const name of names) assert.isTrue(await db.connection().schema.hasTable(name), name)
     await dropPayoutsTables(db.connection().schema, prefix)
     for (const name of names) assert.isFalse(await db.connection().schema.hasTable(name), name)
-    await createPayoutsTables(db.connection().schema, prefix)
+    await createAllPayoutsTables(db.connection().schema, prefix)
     for (const name of names) assert.isTrue(await db.connection().schema.hasTable(name), name)
   })
 

@@ -7,9 +7,15 @@ import { tableNames } from '../../src/database/schema.ts'
 import { defineConfig } from '../../src/define_config.ts'
 import { Pruner } from '../../src/ledger/pruning.ts'
 import { BASE_URL, TEST_API_KEY } from '../helpers/app.ts'
-import { connectionConfig, recordStatements, setupDatabase, TEST_DB } from '../helpers/database.ts'
+import {
+  connectionConfig,
+  createAllPayoutsTables,
+  recordStatements,
+  setupDatabase,
+  TEST_DB,
+} from '../helpers/database.ts'
 import { bootHostApp } from '../helpers/host_app.ts'
-import { createPayoutsTables, dropPayoutsTables } from '../../src/database/schema.ts'
+import { dropPayoutsTables } from '../../src/database/schema.ts'
 
 const DAY = 86_400_000
 const ago = (ms: number) => new Date(Date.now() - ms)
@@ -249,7 +255,7 @@ test.group(`Pruning | config and command (${TEST_DB})`, () => {
       },
     })
     const db = await app.container.make('lucid.db')
-    await createPayoutsTables(db.connection().schema, prefix)
+    await createAllPayoutsTables(db.connection().schema, prefix)
     cleanup(async () => {
       await dropPayoutsTables(db.connection().schema, prefix)
       await app.terminate()

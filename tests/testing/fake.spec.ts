@@ -10,9 +10,9 @@ import WebhookDelivery from '../../src/models/webhook_delivery.ts'
 import { signPayload } from '../../src/signature/main.ts'
 import type { PayoutsFake } from '../../src/testing/main.ts'
 import type { PayoutsConfigInput } from '../../src/define_config.ts'
-import { createPayoutsTables, dropPayoutsTables } from '../../src/database/schema.ts'
+import { dropPayoutsTables } from '../../src/database/schema.ts'
 import { BASE_URL, TEST_API_KEY } from '../helpers/app.ts'
-import { connectionConfig, TEST_DB } from '../helpers/database.ts'
+import { connectionConfig, createAllPayoutsTables, TEST_DB } from '../helpers/database.ts'
 import { bootHostApp } from '../helpers/host_app.ts'
 import { startHttpApp, type HttpApp } from '../helpers/http_app.ts'
 
@@ -294,7 +294,7 @@ test.group(`payouts.fake() (${TEST_DB})`, () => {
       },
     })
     const db = await app.container.make('lucid.db')
-    await createPayoutsTables(db.connection().schema, prefix)
+    await createAllPayoutsTables(db.connection().schema, prefix)
     const payouts = await app.container.make('payouts.manager')
     cleanup(async () => {
       await payouts.close()
