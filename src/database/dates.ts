@@ -1,11 +1,49 @@
 import { DateTime } from 'luxon'
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
 
+/** What the date helpers need of a Lucid query or transaction client. */
+export type DateClient = Pick<QueryClientContract, 'dialect'>
+
 /**
- * A timestamp in the connection's own format, for writes that skip the models (the
- * inbox hot path, insert-or-ignore). SQLite would otherwise store a JS Date as a number.
+ * A timestamp in the connection's own format, always in UTC, for writes and comparisons
+ * that skip the models (the inbox hot path, insert-or-ignore). SQLite and MySQL store it
+ * without an offset, so every process must write the same zone whatever its `TZ`.
  */
-export function dbDate(client: QueryClientContract, value: Date | DateTime = new Date()): string {
+export function dbDate(client: DateClient, value: Date | DateTime = new Date()): string {
   const dt = value instanceof DateTime ? value : DateTime.fromJSDate(value)
-  return dt.toFormat(client.dialect.dateTimeFormat)
+  return dt.toUTC().toFormat(client.dialect.dateTimeFormat)
+}
+
+/**
+ * The zone mysql2 built its JS Dates in, from the connection's `timezone` option: unset or
+ * `local` is the process's zone, `Z` is UTC, `+HH:MM` a fixed offset.
+ */
+function mysqlZone(client: DateClient): string {
+  const config = (client.dialect as { config?: { connection?: { timezone?: unknown } } }).config
+  const timezone = config?.connection?.timezone
+  if (timezone === 'Z') return 'utc'
+  if (typeof timezone === 'string' && /^[+-]\d{2}:\d{2}$/.test(timezone)) return `UTC${timezone}`
+  return 'system'
+}
+
+/**
+ * A timestamp read from the database as a UTC DateTime. Strings without an offset (SQLite,
+ * mysql2 with `dateStrings`) are UTC, as the plugin wrote them. PostgreSQL's timestamptz
+ * arrives as a correct instant. mysql2 builds a DATETIME's Date in its connection's zone: its
+ * wall clock there is the UTC wall clock the plugin wrote.
+ */
+export function fromDbDate(client: DateClient, value: unknown): DateTime | null {
+  if (value === null || value === undefined || value === '') return null
+  if (DateTime.isDateTime(value)) return value.toUTC()
+  if (typeof value === 'string') {
+    const sql = DateTime.fromSQL(value, { zone: 'utc' })
+    return sql.isValid ? sql : DateTime.fromISO(value, { zone: 'utc' })
+  }
+  if (value instanceof Date) {
+    const instant = DateTime.fromJSDate(value, { zone: 'utc' })
+    if (client.dialect.name !== 'mysql') return instant
+    return instant.setZone(mysqlZone(client)).setZone('utc', { keepLocalTime: true })
+  }
+  if (typeof value === 'number') return DateTime.fromMillis(value, { zone: 'utc' })
+  return null
 }

@@ -1,5 +1,6 @@
 import { BaseModel, column } from '@adonisjs/lucid/orm'
 import type { DateTime } from 'luxon'
+import { utcDateTime } from './utc_date_time.ts'
 
 /** The escrow side of a stablecoin payout: where to send, what was sent, what was confirmed. */
 export default class EscrowDeposit extends BaseModel {
@@ -30,7 +31,7 @@ export default class EscrowDeposit extends BaseModel {
   @column()
   declare txHash: string | null
 
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare txConfirmedAt: DateTime | null
 
   @column()
@@ -49,19 +50,19 @@ export default class EscrowDeposit extends BaseModel {
   declare lastErrorCode: string | null
 
   /** The fallback does not try again before this (backoff after a failed confirmation). */
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare nextAttemptAt: DateTime | null
 
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare confirmAttemptedAt: DateTime | null
 
   /** The payout change that showed automatic detection (payout_events id), if that is how. */
   @column()
   declare confirmedByEventId: number | null
 
-  @column.dateTime({ autoCreate: true })
+  @column.dateTime({ ...utcDateTime, autoCreate: true })
   declare createdAt: DateTime
 
-  @column.dateTime({ autoCreate: true, autoUpdate: true })
+  @column.dateTime({ ...utcDateTime, autoCreate: true, autoUpdate: true })
   declare updatedAt: DateTime
 }

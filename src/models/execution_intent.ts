@@ -1,5 +1,6 @@
 import { BaseModel, column } from '@adonisjs/lucid/orm'
 import type { DateTime } from 'luxon'
+import { utcDateTime } from './utc_date_time.ts'
 import { jsonColumn } from './json_column.ts'
 
 /**
@@ -58,12 +59,12 @@ export default class ExecutionIntent extends BaseModel {
   @column(jsonColumn)
   declare error: Record<string, unknown> | null
 
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare lastAttemptAt: DateTime | null
 
-  @column.dateTime({ autoCreate: true })
+  @column.dateTime({ ...utcDateTime, autoCreate: true })
   declare createdAt: DateTime
 
-  @column.dateTime({ autoCreate: true, autoUpdate: true })
+  @column.dateTime({ ...utcDateTime, autoCreate: true, autoUpdate: true })
   declare updatedAt: DateTime
 }

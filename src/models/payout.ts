@@ -1,6 +1,7 @@
 import { BaseModel, column, hasMany, hasOne } from '@adonisjs/lucid/orm'
 import type { HasMany, HasOne } from '@adonisjs/lucid/types/relations'
 import type { DateTime } from 'luxon'
+import { utcDateTime } from './utc_date_time.ts'
 import type { PayoutStatus, PayoutStep } from '../schemas/common.ts'
 import { jsonColumn } from './json_column.ts'
 import PayoutEvent from './payout_event.ts'
@@ -85,19 +86,19 @@ export default class Payout extends BaseModel {
   @column({ ...jsonColumn, serializeAs: null })
   declare instructions: Record<string, unknown> | null
 
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare lastObservedAt: DateTime | null
 
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare statusChangedAt: DateTime | null
 
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare completedAt: DateTime | null
 
-  @column.dateTime({ autoCreate: true })
+  @column.dateTime({ ...utcDateTime, autoCreate: true })
   declare createdAt: DateTime
 
-  @column.dateTime({ autoCreate: true, autoUpdate: true })
+  @column.dateTime({ ...utcDateTime, autoCreate: true, autoUpdate: true })
   declare updatedAt: DateTime
 
   @hasMany(() => PayoutEvent, { localKey: 'payoutUuid', foreignKey: 'payoutUuid' })

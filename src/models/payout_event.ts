@@ -1,5 +1,6 @@
 import { BaseModel, column } from '@adonisjs/lucid/orm'
 import type { DateTime } from 'luxon'
+import { utcDateTime } from './utc_date_time.ts'
 
 /** Append-only log of every observation of a payout, applied or not (and why). */
 export default class PayoutEvent extends BaseModel {
@@ -32,7 +33,7 @@ export default class PayoutEvent extends BaseModel {
   @column()
   declare deliveryId: string | null
 
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare observedAt: DateTime
 
   /** The read id this row was logged under, when its placeholder row merged into this payout. */
@@ -40,7 +41,7 @@ export default class PayoutEvent extends BaseModel {
   declare mergedFrom: string | null
 
   /** When the app events of this change fired; null until then (the outbox). */
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare notifiedAt: DateTime | null
 
   /** The process that holds this change's notification lease (null: nobody). */
@@ -48,9 +49,9 @@ export default class PayoutEvent extends BaseModel {
   declare notifyOwner: string | null
 
   /** When that lease ends unless renewed; another process may take the change after it. */
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare notifyUntil: DateTime | null
 
-  @column.dateTime({ autoCreate: true })
+  @column.dateTime({ ...utcDateTime, autoCreate: true })
   declare createdAt: DateTime
 }

@@ -1,5 +1,6 @@
 import { BaseModel, column } from '@adonisjs/lucid/orm'
 import type { DateTime } from 'luxon'
+import { utcDateTime } from './utc_date_time.ts'
 import { jsonColumn } from './json_column.ts'
 
 /** A payee mirrored from the service; `remoteId` is the service's UUID. */
@@ -36,15 +37,15 @@ export default class Recipient extends BaseModel {
   @column(jsonColumn)
   declare metadata: Record<string, unknown> | null
 
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare deletedAt: DateTime | null
 
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare syncedAt: DateTime | null
 
-  @column.dateTime({ autoCreate: true })
+  @column.dateTime({ ...utcDateTime, autoCreate: true })
   declare createdAt: DateTime
 
-  @column.dateTime({ autoCreate: true, autoUpdate: true })
+  @column.dateTime({ ...utcDateTime, autoCreate: true, autoUpdate: true })
   declare updatedAt: DateTime
 }

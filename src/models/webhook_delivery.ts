@@ -1,5 +1,6 @@
 import { BaseModel, column } from '@adonisjs/lucid/orm'
 import type { DateTime } from 'luxon'
+import { utcDateTime } from './utc_date_time.ts'
 
 /** One row of the durable inbox: a verified delivery, stored before it was acknowledged. */
 export default class WebhookDelivery extends BaseModel {
@@ -31,16 +32,16 @@ export default class WebhookDelivery extends BaseModel {
   @column()
   declare attempts: number
 
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare nextAttemptAt: DateTime | null
 
   @column()
   declare lastError: string | null
 
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare receivedAt: DateTime
 
-  @column.dateTime()
+  @column.dateTime(utcDateTime)
   declare processedAt: DateTime | null
 
   /** The body as it arrived. */

@@ -1,4 +1,5 @@
 import type { Database } from '@adonisjs/lucid/database'
+import { fromDbDate } from '../database/dates.ts'
 import { tableNames } from '../database/schema.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 
@@ -23,8 +24,8 @@ export async function listInboxDeliveries(
   filter: { states?: string[]; ids?: string[]; limit?: number }
 ): Promise<InboxDeliveryView[]> {
   const table = tableNames(config.ledger.tablePrefix).webhookDeliveries
-  const query = db
-    .connection(config.ledger.connection)
+  const client = db.connection(config.ledger.connection)
+  const query = client
     .from(table)
     .select('delivery_id', 'event_type', 'source', 'state', 'attempts', 'last_error', 'received_at')
     .orderBy('received_at', 'desc')
@@ -40,6 +41,6 @@ export async function listInboxDeliveries(
     state: row.state,
     attempts: Number(row.attempts),
     lastError: row.last_error ?? null,
-    receivedAt: new Date(row.received_at).toISOString(),
+    receivedAt: fromDbDate(client, row.received_at)!.toISO()!,
   }))
 }

@@ -1,5 +1,5 @@
 import type { Database } from '@adonisjs/lucid/database'
-import { dbDate } from '../database/dates.ts'
+import { dbDate, fromDbDate } from '../database/dates.ts'
 import { dropIdleConnections, withDeadline, withStatementTimeout } from '../database/deadline.ts'
 import { affectedRows } from '../database/dialects.ts'
 import { E_WEBHOOK_SECRET_NOT_STORED } from '../errors.ts'
@@ -131,14 +131,17 @@ export class SecretStore {
 
   async #load(): Promise<StoredSubscription[]> {
     const generation = this.#generation
-    const query = this.db.connection(this.connection).from(this.table).orderBy('id')
+    const client = this.db.connection(this.connection)
+    const query = client.from(this.table).orderBy('id')
     const rows = await withStatementTimeout(query, this.loadTimeoutMs)
     const secrets = rows.map((row: any) => ({
       subscriptionId: row.subscription_id,
       url: row.url,
       secret: this.cipher.decrypt<string>(row.secret) ?? '',
       previousSecret: row.previous_secret ? this.cipher.decrypt<string>(row.previous_secret) : null,
-      previousValidUntil: row.previous_valid_until ? new Date(row.previous_valid_until) : null,
+      previousValidUntil: row.previous_valid_until
+        ? fromDbDate(client, row.previous_valid_until)!.toJSDate()
+        : null,
     }))
     if (generation === this.#generation) this.#cache = { at: Date.now(), secrets }
     return secrets

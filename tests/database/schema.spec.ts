@@ -65,6 +65,9 @@ test.group(`Database | the plugin's tables (${TEST_DB})`, () => {
     })
     const logged = await PayoutEvent.query().where('payoutUuid', 'po_far').firstOrFail()
     assert.equal(logged.observedAt.toMillis(), observedAt.toMillis())
+    // Stored as its UTC wall clock (SQLite's text), whatever the process's zone.
+    const raw = await db.connection().from(PayoutEvent.table).select('observed_at').first()
+    if (TEST_DB === 'sqlite') assert.match(raw.observed_at, /^2040-06-01 12:00:00/)
   })
 
   test('a timestamp stays as written when another column of its row changes, on a server with explicit_defaults_for_timestamp off', async ({
