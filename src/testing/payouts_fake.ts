@@ -8,6 +8,7 @@ import { PayoutsEmulator } from '../emulator/emulator.ts'
 import type { FaultConfig } from '../emulator/faults.ts'
 import { listenInProcess } from '../emulator/in_process.ts'
 import { DEFAULT_ACCOUNT, recipientView } from '../emulator/state.ts'
+import type { Dispatcher } from 'undici'
 import {
   TERMINAL_STATUSES,
   WEBHOOK_EVENT_TYPES,
@@ -54,6 +55,20 @@ export interface FakeBinding {
   }>
   /** Processes every stored delivery now (the service's `drainInbox`). */
   drainInbox: () => Promise<unknown>
+}
+
+/** The host of the fake's own subscription: a reserved name, reached in-process only. */
+const FAKE_APP_ORIGIN = 'https://app.payouts-fake.invalid'
+
+/**
+ * Webhook POSTs into the app's in-process server whatever their URL's scheme and host: plain
+ * HTTP over the local socket (no TLS, no DNS); the Host header is still the URL's host.
+ */
+function intoTheApp(app: Dispatcher): Dispatcher {
+  return app.compose((dispatch) => (options, handler) => {
+    const { host } = new URL(String(options.origin))
+    return dispatch({ ...options, origin: `http://${host}` }, handler)
+  })
 }
 
 const describe = (value: unknown) => inspect(value, { depth: 4, breakLength: 100 })
@@ -122,6 +137,9 @@ export class PayoutsFake {
       await app.close()
     }
     try {
+      // The service's rules, unrelaxed: the app's calls are refused as the service refuses
+      // them (an http, localhost or private webhook URL included). Only the transport is
+      // in-process, and no name is resolved: every webhook host stands for the app.
       const emulator = await PayoutsEmulator.start({
         inProcess: true,
         clock: { mode: 'manual' },
@@ -129,19 +147,21 @@ export class PayoutsFake {
         stepIntervalMs: options.stepIntervalMs,
         escrowDetectionDelayMs: options.escrowDetectionDelayMs,
         rateLimits: false,
-        allowInsecureWebhooks: true,
-        webhookDispatcher: app.dispatcher,
+        lookup: async () => [],
+        webhookDispatcher: intoTheApp(app.dispatcher),
       })
       if (options.faults) emulator.admin.setFaults(options.faults, options.seed)
-      // The host part of the URL is never resolved: the dispatcher reaches the app in-process.
+      // The fake's own subscription is made inside the emulator, not through the API the app
+      // calls, with a URL the rule accepts; its POSTs reach the app's route in-process.
       // Without the ledger the app has no inbox to deliver to: nothing is subscribed.
       const subscription = config.ledger.enabled
         ? emulator.webhooks.createSubscription(DEFAULT_ACCOUNT, {
-            url: `http://127.0.0.1${config.webhook.path}`,
+            url: `${FAKE_APP_ORIGIN}${config.webhook.path}`,
             events: [...WEBHOOK_EVENT_TYPES],
             label: 'payouts.fake()',
           })
         : null
+      // The app's client as configured: what it refuses before sending, it refuses here too.
       const client = new PayoutsClient({
         apiKey: emulator.apiKey,
         baseUrl: emulator.baseUrl,
@@ -150,7 +170,7 @@ export class PayoutsFake {
         retry: { ...config.retry, baseDelayMs: 0, jitter: 0 },
         rateLimiter: false,
         paths: config.paths,
-        allowInsecureLoopbackWebhooks: true,
+        allowInsecureLoopbackWebhooks: config.allowInsecureLoopbackWebhooks,
         dispatcher: emulator.dispatcher,
         sleep: () => new Promise((resolve) => setImmediate(resolve)),
       })
@@ -404,10 +424,17 @@ export class PayoutsFake {
     if (refused.length === 0 || hasWebhookFaults(this.emulator.faults.config)) return
     const first = refused[0]
     const status = first.lastStatusCode ?? first.lastError ?? 'no answer'
+    // Every subscription delivers into the app, at its URL's path (the fake's own: webhook.path).
+    const url = this.emulator.webhooks.subscriptions.get(first.subscriptionId)?.url
+    const path = url ? new URL(url).pathname : this.#binding.config.webhook.path
+    const ownRoute = path === this.#binding.config.webhook.path
     throw new E_PAYOUTS_FAKE([
-      `the app refused ${refused.length} webhook delivery(ies): ${first.eventType} ${first.id} got ${status} from POST ${this.#binding.config.webhook.path}` +
-        (first.lastStatusCode === 404
+      `the app refused ${refused.length} webhook delivery(ies): ${first.eventType} ${first.id} got ${status} from POST ${path}` +
+        (first.lastStatusCode === 404 && ownRoute
           ? ' (the route is missing: is `#start/payouts` in the preloads of adonisrc.ts, with `await payouts.registerRoutes(router)` in start/payouts.ts?)'
+          : '') +
+        (first.lastStatusCode === 404 && !ownRoute
+          ? ` (a subscription to ${url}: under the fake, every subscribed URL is this app)`
           : ''),
     ])
   }
