@@ -1,4 +1,4 @@
-import { createError } from '@adonisjs/core/exceptions'
+import { createError, Exception } from '@adonisjs/core/exceptions'
 
 /**
  * Errors raised by the AdonisJS side of the plugin. API errors live in
@@ -99,3 +99,35 @@ export const E_PAYOUTS_INTENT_NEEDS_ATTENTION = createError<[string]>(
   'E_PAYOUTS_INTENT_NEEDS_ATTENTION',
   409
 )
+
+/**
+ * `payouts.execute()` failed at one of its own database writes. `outcomeUnknown: false`:
+ * nothing was sent and nothing will be (the intent was not stored, or its attempt was not),
+ * so calling again is safe. `outcomeUnknown: true`: the request may have reached the service
+ * (its answer could not be stored, or an earlier attempt went out); recovery finishes it with
+ * the same key, so do not call again with another key. `intentId` when the intent exists.
+ */
+// eslint-disable-next-line @typescript-eslint/naming-convention -- named as the other errors of this file
+export class E_PAYOUTS_EXECUTE_NOT_STORED extends Exception {
+  static status = 503
+  static code = 'E_PAYOUTS_EXECUTE_NOT_STORED'
+  readonly outcomeUnknown: boolean
+  readonly intentId: number | null
+
+  constructor(
+    what: string,
+    details: { outcomeUnknown: boolean; intentId: number | null; cause: unknown }
+  ) {
+    const cause = details.cause as { message?: string } | undefined
+    super(
+      `Payouts execute could not store ${what} (${cause?.message ?? String(cause)}); ${
+        details.outcomeUnknown
+          ? 'the request may have reached the service: recovery finishes it with the same key'
+          : 'nothing was sent'
+      }`,
+      { cause: details.cause }
+    )
+    this.outcomeUnknown = details.outcomeUnknown
+    this.intentId = details.intentId
+  }
+}

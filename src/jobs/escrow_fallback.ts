@@ -94,10 +94,12 @@ export class EscrowFallback {
           confirm_attempted_at: dbDate(sql, now),
         })
         if (affectedRows(claimed) !== 1) continue
-        deposit.merge({ state: 'confirm_requested', confirmAttemptedAt: now })
-        deposit.$hydrateOriginals()
+        // Read again once claimed: the row read before the claim may be stale (the host
+        // recorded another transaction, its attempts reset), and nothing changes it now.
+        const current = await EscrowDeposit.query({ connection }).where('id', deposit.id).first()
+        if (!current) continue
         summary.checked++
-        summary[await this.#options.deposits.confirmClaimed(deposit)]++
+        summary[await this.#options.deposits.confirmClaimed(current)]++
       } finally {
         this.#working.delete(deposit.id)
       }

@@ -225,7 +225,8 @@ export class EscrowDeposits {
   }
 
   /**
-   * One deposit the fallback job claimed (`confirm_requested`): read, then (still
+   * One deposit the fallback job claimed (`confirm_requested`), as read after the claim (a
+   * row read before it may carry another transaction or stale attempts): read, then (still
    * awaiting) one confirmation, then read again before deciding on a refusal. Events fire
    * before the row is marked: a crash in between fires them again after the restart (same
    * quoteId), never not at all.

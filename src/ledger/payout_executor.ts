@@ -1,6 +1,12 @@
-import { boundedTransaction } from '../database/deadline.ts'
+import {
+  boundedTransaction,
+  isDeadlineError,
+  withDeadline,
+  withStatementTimeout,
+} from '../database/deadline.ts'
 import { createHash, randomUUID } from 'node:crypto'
 import type { Database } from '@adonisjs/lucid/database'
+import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
 import {
   PayoutsApiError,
@@ -18,7 +24,11 @@ import { dbDate } from '../database/dates.ts'
 import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
 import PayoutModel from '../models/payout.ts'
 import type Payout from '../models/payout.ts'
-import { E_PAYOUTS_IDEMPOTENCY_KEY_REUSED, E_PAYOUTS_INTENT_NEEDS_ATTENTION } from '../errors.ts'
+import {
+  E_PAYOUTS_EXECUTE_NOT_STORED,
+  E_PAYOUTS_IDEMPOTENCY_KEY_REUSED,
+  E_PAYOUTS_INTENT_NEEDS_ATTENTION,
+} from '../errors.ts'
 import { idempotencyKeySchema } from '../schemas/common.ts'
 import { mapExecuteStatus } from './state_machine.ts'
 import { createEscrowDeposit } from './escrow_deposits.ts'
@@ -58,6 +68,14 @@ export interface PayoutExecutorOptions {
 
 const JSON_SAFE = (_key: string, value: unknown) =>
   typeof value === 'bigint' ? value.toString() : value
+
+/**
+ * Whether a write that failed may still have committed: one given up at its deadline (ours
+ * or the driver's), whose COMMIT may have reached the server with its answer lost.
+ */
+function mayHaveCommitted(error: unknown): boolean {
+  return isDeadlineError(error) || (error as Error | undefined)?.name === 'KnexTimeoutError'
+}
 
 /**
  * What a failed attempt says about the intent. `unknown` only when a request may have
@@ -138,22 +156,67 @@ export class PayoutExecutor {
       flow,
       requestBody: { flow, ...body },
       bodyHash: createHash('sha256').update(serialized).digest('hex'),
+      // An app's key is kept as long as the payout it made (see `Pruner`); ours may go.
+      keyOrigin: options.idempotencyKey === undefined ? ('plugin' as const) : ('app' as const),
       state: 'pending' as const,
       attempts: 0,
     }
     let intent: ExecutionIntent
     try {
-      intent = await ExecutionIntent.create(fields, { connection: this.#options.connection })
+      intent = await this.#write('execute intent', (trx) =>
+        ExecutionIntent.create(fields, { client: trx, connection: this.#options.connection })
+      )
     } catch (error) {
       // The key's unique index: this key was used before (or is being used right now).
-      if (options.idempotencyKey === undefined) throw error
-      const existing = await ExecutionIntent.query({ connection: this.#options.connection })
-        .where('idempotency_key', fields.idempotencyKey)
-        .first()
-      if (!existing) throw error
+      const existing =
+        options.idempotencyKey === undefined
+          ? null
+          : await this.#findByKey(fields.idempotencyKey).catch(() => null)
+      // No intent: nothing was sent, and nothing will be (an insert given up at its deadline
+      // is rolled back with its dropped connection; one whose COMMIT landed all the same is
+      // pending with no attempt, which recovery refuses instead of sending).
+      if (!existing) {
+        throw new E_PAYOUTS_EXECUTE_NOT_STORED('its intent', {
+          outcomeUnknown: false,
+          intentId: null,
+          cause: error,
+        })
+      }
       return this.#repeat(existing, fields)
     }
     return this.#send(intent)
+  }
+
+  /** A write of the execute path, bounded by `transactionTimeoutMs` (`boundedTransaction`). */
+  #write<T>(what: string, work: (trx: TransactionClientContract) => Promise<T>): Promise<T> {
+    return boundedTransaction(
+      this.#options.db.connection(this.#options.connection),
+      { timeoutMs: this.#options.transactionTimeoutMs, what, writes: ExecutionIntent.table },
+      work
+    )
+  }
+
+  /** Saves the intent's changes in a bounded transaction of their own. */
+  async #save(intent: ExecutionIntent, what: string) {
+    try {
+      await this.#write(what, async (trx) => {
+        intent.useTransaction(trx)
+        await intent.save()
+      })
+    } finally {
+      // A transaction given up at its deadline never says it ended: forget it here.
+      intent.$trx = undefined
+    }
+  }
+
+  /** The intent of a key, read within the same bound. */
+  #findByKey(key: string): Promise<ExecutionIntent | null> {
+    const ms = this.#options.transactionTimeoutMs
+    const query = ExecutionIntent.query({ connection: this.#options.connection }).where(
+      'idempotency_key',
+      key
+    )
+    return withDeadline(withStatementTimeout(query, ms).first(), ms, 'execute intent lookup')
   }
 
   /** The same key again: the stored result, or the same request sent again with it. */
@@ -176,6 +239,18 @@ export class PayoutExecutor {
     if (intent.state === 'needs_attention') {
       throw new E_PAYOUTS_INTENT_NEEDS_ATTENTION([intent.idempotencyKey])
     }
+    // A request that may have reached the service (unknown, or pending after an attempt)
+    // is re-sent only while the service remembers its key, as recovery and --retry do: past
+    // the window the service would make a second payout. A pending intent with no attempt
+    // never left, and refused or failed ones made no payout: sent again, the same key can
+    // only ever make the one payout that does not exist yet.
+    const mayHaveLeft =
+      intent.state === 'unknown' || (intent.state === 'pending' && intent.attempts > 0)
+    if (mayHaveLeft && !this.insideWindow(intent)) {
+      intent.state = 'needs_attention'
+      await this.#save(intent, 'execute intent flag').catch(() => {})
+      throw new E_PAYOUTS_INTENT_NEEDS_ATTENTION([intent.idempotencyKey])
+    }
     // Pending, unknown, refused or failed: the same key again can only ever answer the
     // one payout the service created for it, if any.
     return this.#send(intent)
@@ -193,9 +268,22 @@ export class PayoutExecutor {
   async #attempt(intent: ExecutionIntent): Promise<ExecutedPayout> {
     // A pending intent with attempts was left by a crash that may have come after sending.
     const sentBefore = intent.attempts > 0
+    const mayHaveLeft = sentBefore && (intent.state === 'pending' || intent.state === 'unknown')
     intent.attempts += 1
     intent.lastAttemptAt = this.#options.now()
-    await intent.save()
+    try {
+      await this.#save(intent, 'execute attempt')
+    } catch (error) {
+      // Not sent by this call. But an earlier attempt may have been, and a write given up at
+      // its deadline may still have committed (its answer lost): then the intent holds an
+      // attempt that recovery sends under its key, and a caller who called again under
+      // another key would pay twice. Only a write that surely failed tells it to call again.
+      throw new E_PAYOUTS_EXECUTE_NOT_STORED('its attempt', {
+        outcomeUnknown: mayHaveLeft || mayHaveCommitted(error),
+        intentId: intent.id,
+        cause: error,
+      })
+    }
     let result: ExecuteResult
     try {
       result = await this.#options.client.execute(intent.requestBody as ExecuteInput, {
@@ -207,7 +295,17 @@ export class PayoutExecutor {
         error instanceof PayoutsApiError || error instanceof PayoutsValidationError
           ? (error.toJSON() as Record<string, unknown>)
           : { message: (error as Error).message ?? String(error) }
-      await intent.save()
+      try {
+        await this.#save(intent, 'execute outcome')
+      } catch (storeError) {
+        // The intent stays pending with its attempt counted: recovery sends it again with
+        // its key, so the caller must not send it under another one.
+        throw new E_PAYOUTS_EXECUTE_NOT_STORED('the outcome of its request', {
+          outcomeUnknown: true,
+          intentId: intent.id,
+          cause: storeError,
+        })
+      }
       throw error
     }
     return this.#store(intent, result)
@@ -268,14 +366,22 @@ export class PayoutExecutor {
         await intent.save()
         return stored.results[0].payout
       }
-    )
+    ).catch((error) => {
+      intent.$trx = undefined
+      throw new E_PAYOUTS_EXECUTE_NOT_STORED('the payout the service made', {
+        outcomeUnknown: true,
+        intentId: intent.id,
+        cause: error,
+      })
+    })
     await ledger.notifyBatch(stored!)
     return { result, payout, intent }
   }
 
   /**
-   * Re-sends intents whose outcome is unknown (or that a crash left pending) with their
-   * original key, inside the replay window; flags the others for a human.
+   * Re-sends intents whose outcome is unknown (or that a crash left pending after an
+   * attempt) with their original key, inside the replay window; flags the others for a
+   * human. A pending intent with no attempt never left: refused, never sent.
    */
   async recover(options: { olderThanMs?: number; limit?: number } = {}): Promise<RecoverySummary> {
     const now = this.#options.now()
@@ -292,9 +398,19 @@ export class PayoutExecutor {
       .limit(options.limit ?? 100)
     for (const intent of intents) {
       if (this.#sending.has(intent.id)) continue
+      if (intent.state === 'pending' && intent.attempts === 0) {
+        // Never left: its caller was told nothing was sent (its attempt was not stored, see
+        // E_PAYOUTS_EXECUTE_NOT_STORED) and may have called again, or died before sending.
+        // Sending it now could pay twice; refused, it shows in payouts:intents.
+        intent.state = 'refused'
+        intent.error = { message: 'never sent: its attempt was not stored' }
+        await this.#save(intent, 'recovery refusal')
+        summary.failed++
+        continue
+      }
       if (!this.insideWindow(intent, now)) {
         intent.state = 'needs_attention'
-        await intent.save()
+        await this.#save(intent, 'recovery flag')
         summary.flagged++
         continue
       }

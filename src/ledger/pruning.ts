@@ -16,6 +16,22 @@ export const DEDUP_WINDOW_MS = 24 * 3_600_000
 /** Intent states that nothing will ever send again. */
 export const FINISHED_INTENT_STATES = ['succeeded', 'failed', 'refused'] as const
 
+/**
+ * Finished intents that may go. A succeeded intent under the app's key (or a key of unknown
+ * origin, from before `key_origin`) stays as long as the payout it made: it is what makes
+ * the same key answer that payout instead of sending a second one. Failed and refused
+ * intents made no payout; `PayoutExecutor`'s `#repeat` sends them again under the same key
+ * anyway, so one pruned and made again by the same key can only make the one payout that
+ * never existed. A succeeded intent under a key of the plugin's is never asked for again.
+ */
+function removableIntents(query: any) {
+  return query.where((removable: any) =>
+    removable
+      .whereIn('state', ['failed', 'refused'])
+      .orWhere((ours: any) => ours.where('state', 'succeeded').where('key_origin', 'plugin'))
+  )
+}
+
 /** What the pruner removes, and how. */
 export interface PrunerOptions {
   db: Database
@@ -54,7 +70,8 @@ interface Target {
 
 /**
  * Removes what the plugin no longer needs, in bounded batches: processed inbox rows past
- * their retention, finished execution intents past their window, and dead letters only
+ * their retention, finished execution intents past their window (never one that holds an
+ * app's key to the payout it made, see `removableIntents`), and dead letters only
  * when asked. Each batch is one SELECT of at most `batchSize` ids and one DELETE of those
  * ids (the condition checked again, so a row replayed in between stays): no long lock, no
  * large transaction. The ledger (`payouts`, `payout_events`) is never touched.
@@ -101,9 +118,7 @@ export class Pruner {
       finishedIntents: await run({
         table: tables.executionIntents,
         where: (q, client) =>
-          q
-            .whereIn('state', FINISHED_INTENT_STATES)
-            .where('updated_at', '<', dbDate(client, intentsBefore)),
+          removableIntents(q).where('updated_at', '<', dbDate(client, intentsBefore)),
         orderBy: 'id',
       }),
     }

@@ -1,6 +1,7 @@
 import { DateTime } from 'luxon'
 import type { PayoutExecutor } from '../ledger/payout_executor.ts'
 import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
+import Payout from '../models/payout.ts'
 
 /** States an operator looks at by default: outcome unknown, waiting for a human, refused. */
 export const OPEN_INTENT_STATES: IntentState[] = ['unknown', 'needs_attention', 'refused']
@@ -26,7 +27,27 @@ export interface IntentView {
   lastAttemptAt: string | null
   /** Whether `--retry` may still re-send it with its key. */
   retryable: boolean
+  /**
+   * For a `needs_attention` intent: the ledger's payouts that could be its lost answer (same
+   * recipient, amount and currencies, made around its attempts, held by no other intent).
+   * One says `--resolve <id> --as=sent`; none, once the webhooks and reconciliation have
+   * caught up, points to `--as=not-sent`. Check at the service before deciding either way.
+   */
+  candidates?: PayoutCandidate[]
 }
+
+/** A payout of the ledger that may be what a `needs_attention` intent made. */
+export interface PayoutCandidate {
+  payoutUuid: string
+  status: string
+  amount: string | null
+  fromCurrency: string | null
+  toCurrency: string | null
+  createdAt: string
+}
+
+/** Ledger payouts of the intent's recipient looked at per intent (most recent first). */
+const CANDIDATES_SCANNED = 200
 
 /**
  * What an operator does with execution intents (`payouts:intents`): list them by state,
@@ -44,7 +65,62 @@ export class IntentsDesk {
       .whereIn('state', states)
       .orderBy('id', 'desc')
       .limit(limit)
-    return rows.map((intent) => this.#view(intent))
+    const views: IntentView[] = []
+    for (const intent of rows) {
+      const view = this.#view(intent)
+      if (intent.state === 'needs_attention') view.candidates = await this.candidates(intent)
+      views.push(view)
+    }
+    return views
+  }
+
+  /**
+   * The ledger's payouts that match a needs_attention intent: its recipient, amount and
+   * currencies, created from its first attempt to a day after its last (a payout the
+   * service made reaches the ledger through a webhook or reconciliation, maybe late).
+   * The ledger, not the service: the spec shows no way to list the service's payouts by
+   * recipient or time ("Listing payouts: not shown"; the client's `listPayouts` is a guess
+   * that pages the whole account with a status filter only), so what settles the intent
+   * is what the webhooks and reconciliation brought here, checked at the service.
+   */
+  async candidates(intent: ExecutionIntent): Promise<PayoutCandidate[]> {
+    const body = intent.requestBody ?? {}
+    if (typeof body.recipientId !== 'string') return []
+    const from = intent.createdAt.minus({ minutes: 5 })
+    const until = (intent.lastAttemptAt ?? intent.createdAt).plus({ hours: 24 })
+    const payouts = await Payout.query({ connection: this.connection })
+      .where('recipient_id', body.recipientId)
+      .orderBy('id', 'desc')
+      .limit(CANDIDATES_SCANNED)
+    const matching = payouts.filter(
+      (payout) =>
+        payout.sourceAmount !== null &&
+        Number(payout.sourceAmount) === Number(body.amount) &&
+        (payout.sourceCurrency ?? body.fromCurrency) === body.fromCurrency &&
+        (payout.payoutCurrency ?? body.toCurrency) === body.toCurrency &&
+        payout.createdAt >= from &&
+        payout.createdAt <= until
+    )
+    if (matching.length === 0) return []
+    // A payout another intent holds is that intent's, not this one's.
+    const held = await ExecutionIntent.query({ connection: this.connection })
+      .whereIn(
+        'payout_uuid',
+        matching.map((payout) => payout.payoutUuid)
+      )
+      .whereNot('id', intent.id)
+      .select('payout_uuid')
+    const taken = new Set(held.map((other) => other.payoutUuid))
+    return matching
+      .filter((payout) => !taken.has(payout.payoutUuid))
+      .map((payout) => ({
+        payoutUuid: payout.payoutUuid,
+        status: payout.status,
+        amount: payout.sourceAmount,
+        fromCurrency: payout.sourceCurrency,
+        toCurrency: payout.payoutCurrency,
+        createdAt: payout.createdAt.toISO()!,
+      }))
   }
 
   async resolve(id: number, as: 'sent' | 'not-sent'): Promise<IntentView> {

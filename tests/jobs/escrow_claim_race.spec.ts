@@ -129,3 +129,82 @@ test.group(`Jobs | escrow fallback, a run given up inside its claim (${TEST_DB})
     assert.equal((await EscrowDeposit.findByOrFail('quoteId', quoteId)).state, 'confirmed')
   })
 })
+
+test.group(
+  `Jobs | escrow fallback, a deposit changed between its read and its claim (${TEST_DB})`,
+  () => {
+    test('the claimed deposit is read again: the transaction recorded in between is confirmed', async ({
+      assert,
+      cleanup,
+    }) => {
+      // Once armed, the answer to the run's read of due deposits waits for `between` to run.
+      let between: (() => Promise<unknown>) | undefined
+      let readSent = false
+      const { db } = await setupDatabase(cleanup, 'escrow_reread', {
+        connection: {
+          ...connectionConfig('escrow_reread'),
+          ...(TEST_DB === 'sqlite' && { pool: { min: 1, max: 2 } }),
+          postProcessResponse: (response: unknown) => {
+            if (!readSent || !between) return response
+            const change = between
+            ;[readSent, between] = [false, undefined]
+            return change().then(() => response)
+          },
+        },
+      })
+      db.connection()
+        .getWriteClient()
+        .on('query', (query: { sql: string }) => {
+          const sql = query.sql.trim().toLowerCase()
+          if (
+            between &&
+            sql.startsWith('select') &&
+            sql.includes(EscrowDeposit.table.toLowerCase())
+          )
+            readSent = true
+        })
+      const emu = await startEmulator(cleanup, { rateLimits: false })
+      const client = testClient(cleanup, emu)
+      const recipient = emu.admin.seedRecipient()
+      const executor = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
+      const { result } = await executor.execute({
+        fromCurrency: 'USDC',
+        toCurrency: 'MXN',
+        amount: 100,
+        recipientId: recipient.id,
+        walletAddress: '0x' + '8'.repeat(40),
+      })
+      const { quoteId } = result
+      // A transaction that pays too little: the service refuses to confirm it.
+      const wrong = emu.admin.simulateDeposit({ quoteId, detect: false, amountAtomic: 1n })
+      const right = emu.admin.simulateDeposit({ quoteId, detect: false })
+
+      const sent: string[] = []
+      const deposits = new EscrowDeposits({
+        db,
+        client: {
+          getQuoteStatus: client.getQuoteStatus.bind(client),
+          confirmEscrowDeposit: (input) => {
+            sent.push(input.txHash)
+            return client.confirmEscrowDeposit(input)
+          },
+        },
+      })
+      const start = DateTime.now()
+      const escrow = new EscrowFallback({ db, deposits, now: () => start })
+      const confirmedAt = start.minus({ minutes: 30 })
+      await deposits.record({ quoteId, txHash: wrong.txHash, confirmedAt })
+      // The host records the right transaction after the run read the deposit, before its claim.
+      between = () => deposits.record({ quoteId, txHash: right.txHash, confirmedAt })
+
+      const summary = await escrow.run()
+
+      assert.isUndefined(between, 'the change ran between the read and the claim')
+      assert.deepEqual(sent, [right.txHash], 'confirmed with the transaction recorded last')
+      assert.equal(summary.confirmed, 1)
+      const deposit = await EscrowDeposit.findByOrFail('quoteId', quoteId)
+      assert.deepInclude(deposit.toJSON(), { state: 'confirmed', txHash: right.txHash })
+      assert.equal(emu.admin.quote(quoteId)!.status, 'deposit_confirmed')
+    })
+  }
+)

@@ -36,11 +36,19 @@ async function deliveries(db: Database, prefix: string, count: number, state: st
   await client.table(tableNames(prefix).webhookDeliveries).multiInsert(rows)
 }
 
-/** Inserts execution intents in `state`, last updated at `at`. */
-async function intents(db: Database, prefix: string, count: number, state: string, at: Date) {
+/** Inserts execution intents in `state`, last updated at `at`, keyed by the plugin by default. */
+async function intents(
+  db: Database,
+  prefix: string,
+  count: number,
+  state: string,
+  at: Date,
+  keyOrigin: 'app' | 'plugin' | null = 'plugin'
+) {
   const client = db.connection()
   const rows = Array.from({ length: count }, () => ({
     idempotency_key: randomUUID(),
+    key_origin: keyOrigin,
     flow: 'fiat',
     request_body: '{}',
     body_hash: 'x'.repeat(64),
@@ -200,6 +208,39 @@ test.group(`Pruning (${TEST_DB})`, () => {
       succeeded: 1,
       refused: 0,
     })
+  })
+
+  test("an app's key outlives retention while it made a payout; failed and refused ones go", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'pruning')
+    const old = ago(30 * DAY)
+    await intents(db, prefix, 2, 'succeeded', old, 'app')
+    await intents(db, prefix, 1, 'succeeded', old, null)
+    await intents(db, prefix, 1, 'succeeded', old, 'plugin')
+    await intents(db, prefix, 1, 'failed', old, 'app')
+    await intents(db, prefix, 1, 'refused', old, 'app')
+    await intents(db, prefix, 1, 'failed', old, null)
+
+    const dry = await pruner(db, prefix).prune({ dryRun: true })
+    assert.equal(dry.finishedIntents, 4)
+    const summary = await pruner(db, prefix).prune()
+
+    assert.equal(summary.finishedIntents, 4)
+    const left = await db
+      .connection()
+      .from(tableNames(prefix).executionIntents)
+      .select('state', 'key_origin')
+      .orderBy('id')
+    assert.deepEqual(
+      left.map((row) => [row.state, row.key_origin]),
+      [
+        ['succeeded', 'app'],
+        ['succeeded', 'app'],
+        ['succeeded', null],
+      ]
+    )
   })
 
   test('batches are bounded: batch size 2 over 5 rows is 3 DELETE statements of at most 2 ids', async ({

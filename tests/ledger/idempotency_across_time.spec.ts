@@ -1,0 +1,161 @@
+import { test } from '@japa/runner'
+import { DateTime } from 'luxon'
+import { E_PAYOUTS_INTENT_NEEDS_ATTENTION } from '../../src/errors.ts'
+import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
+import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
+import { Pruner } from '../../src/ledger/pruning.ts'
+import { tableNames } from '../../src/database/schema.ts'
+import { ExecutionIntent, Payout } from '../../src/models/main.ts'
+import { IntentsDesk } from '../../src/service/intents_desk.ts'
+import { executeBodies, startEmulator, testClient } from '../emulator/helpers.ts'
+import { setupDatabase, TEST_DB } from '../helpers/database.ts'
+
+const HOUR = 3_600_000
+
+/**
+ * An executor and a pruner on the emulator's clock (manual): a test moves days of the
+ * service's time, its idempotency window included, and the plugin reads the same time.
+ */
+async function acrossTime(
+  cleanup: (fn: () => Promise<void>) => void,
+  clientOptions: Record<string, unknown> = {}
+) {
+  const { db, prefix } = await setupDatabase(cleanup, 'idempotency')
+  const emu = await startEmulator(cleanup, { rateLimits: false })
+  const client = testClient(cleanup, emu, clientOptions)
+  const ledger = new PayoutLedger(db)
+  const now = () => DateTime.fromMillis(emu.clock.now())
+  const executor = new PayoutExecutor({ db, ledger, client, now })
+  const pruner = new Pruner({
+    db,
+    tables: tableNames(prefix),
+    processedDeliveriesDays: 30,
+    finishedIntentsHours: 48,
+    batchSize: 500,
+    statementTimeoutMs: 30_000,
+    now: () => new Date(emu.clock.now()),
+  })
+  const body = executeBodies(emu).fiat
+  return { db, emu, executor, pruner, body }
+}
+
+test.group(`Ledger | an app's idempotency key across days (${TEST_DB})`, () => {
+  test('49 h and a prune later, the same key answers the stored payout and sends nothing', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, executor, pruner, body } = await acrossTime(cleanup)
+    const first = await executor.execute(body, { idempotencyKey: 'payout-order-42' })
+    assert.lengthOf(emu.admin.payouts(), 1)
+
+    await emu.clock.advance(49 * HOUR)
+    await pruner.prune()
+
+    const again = await executor.execute(body, { idempotencyKey: 'payout-order-42' })
+    assert.equal(again.result.payoutId, first.result.payoutId)
+    assert.equal(again.payout.payoutUuid, first.payout.payoutUuid)
+    assert.lengthOf(emu.admin.payouts(), 1, 'no second payout at the service')
+    assert.lengthOf(await Payout.all(), 1)
+    assert.equal(first.intent.keyOrigin, 'app')
+  })
+
+  test("a plugin key's succeeded intent is still pruned after its retention", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { executor, pruner, body, emu } = await acrossTime(cleanup)
+    const { intent } = await executor.execute(body)
+    assert.equal(intent.keyOrigin, 'plugin')
+    await emu.clock.advance(49 * HOUR)
+    assert.equal((await pruner.prune()).finishedIntents, 1)
+    assert.lengthOf(await Payout.all(), 1, 'the ledger is never pruned')
+  })
+
+  test('a lost answer left unknown for 30 h: the same key is flagged, never sent again', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, executor, body } = await acrossTime(cleanup, {
+      timeoutMs: 100,
+      retry: { maxRetries: 0 },
+    })
+    // The service makes the payout; its answer comes after the client gave up.
+    emu.admin.setFaults({ processingDelayMs: 300 })
+    await assert.rejects(() => executor.execute(body, { idempotencyKey: 'payout-order-43' }))
+    assert.equal((await ExecutionIntent.firstOrFail()).state, 'unknown')
+    await new Promise((resolve) => setTimeout(resolve, 400))
+    emu.admin.setFaults({})
+    assert.lengthOf(emu.admin.payouts(), 1)
+
+    await emu.clock.advance(30 * HOUR)
+    const error = await executor.execute(body, { idempotencyKey: 'payout-order-43' }).then(
+      () => null,
+      (e) => e
+    )
+    assert.instanceOf(error, E_PAYOUTS_INTENT_NEEDS_ATTENTION)
+    assert.equal(error.code, 'E_PAYOUTS_INTENT_NEEDS_ATTENTION')
+    assert.equal((await ExecutionIntent.firstOrFail()).state, 'needs_attention')
+    assert.lengthOf(emu.admin.payouts(), 1, 'the service still holds one payout')
+
+    // Asked again, the same answer: still nothing sent.
+    await assert.rejects(
+      () => executor.execute(body, { idempotencyKey: 'payout-order-43' }),
+      /needs attention/
+    )
+    assert.lengthOf(emu.admin.payouts(), 1)
+  })
+
+  test('inside the window the same key after a lost answer is the one payout, answered', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, executor, body } = await acrossTime(cleanup, {
+      timeoutMs: 100,
+      retry: { maxRetries: 0 },
+    })
+    emu.admin.setFaults({ processingDelayMs: 300 })
+    await assert.rejects(() => executor.execute(body, { idempotencyKey: 'payout-order-44' }))
+    await new Promise((resolve) => setTimeout(resolve, 400))
+    emu.admin.setFaults({})
+    await emu.clock.advance(20 * HOUR)
+    const again = await executor.execute(body, { idempotencyKey: 'payout-order-44' })
+    assert.equal(again.intent.state, 'succeeded')
+    assert.lengthOf(emu.admin.payouts(), 1)
+    assert.equal(emu.admin.payouts()[0].payoutId, again.result.payoutId)
+  })
+
+  test('payouts:intents shows the ledger payouts that could settle a needs_attention intent', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, executor, body } = await acrossTime(cleanup, {
+      timeoutMs: 100,
+      retry: { maxRetries: 0 },
+    })
+    emu.admin.setFaults({ processingDelayMs: 300 })
+    await assert.rejects(() => executor.execute(body, { idempotencyKey: 'payout-order-45' }))
+    await new Promise((resolve) => setTimeout(resolve, 400))
+    emu.admin.setFaults({})
+    const [made] = emu.admin.payouts()
+    // What a webhook or reconciliation brings: the service's payout in the ledger.
+    const row = {
+      status: 'pending' as const,
+      recipientId: body.recipientId,
+      sourceAmount: '100',
+      sourceCurrency: 'USD',
+      payoutCurrency: 'MXN',
+    }
+    await Payout.create({ ...row, payoutUuid: made.payoutId })
+    await Payout.create({ ...row, payoutUuid: crypto.randomUUID(), sourceAmount: '250' })
+    await Payout.create({ ...row, payoutUuid: crypto.randomUUID(), recipientId: 'someone-else' })
+    await emu.clock.advance(30 * HOUR)
+    await assert.rejects(() => executor.execute(body, { idempotencyKey: 'payout-order-45' }))
+
+    const [view] = await new IntentsDesk(executor).list(['needs_attention'], 10)
+    assert.equal(view.state, 'needs_attention')
+    assert.deepEqual(
+      view.candidates?.map((candidate) => candidate.payoutUuid),
+      [made.payoutId]
+    )
+  })
+})
