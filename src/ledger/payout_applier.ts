@@ -5,6 +5,7 @@ import { isMysql, locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
 import { insertPendingPayouts, snapshotOf } from './payout_rows.ts'
+import { DEFAULT_NOTIFY_LEASE_MS, PROCESS_OWNER, type NotifyLease } from './payout_outbox.ts'
 import { mergePlaceholders } from './read_id_placeholders.ts'
 import { reduce, type PayoutPosition, type ReduceResult } from './state_machine.ts'
 import {
@@ -47,12 +48,22 @@ interface Advance {
   ownerAttached: boolean
 }
 
-/** The payout_events entry of one observation, applied or not (and why). */
+/** The notification lease a batch's changes are written with: its holder and its end. */
+interface TakenLease {
+  owner: string
+  until: DateTime
+}
+
+/**
+ * The payout_events entry of one observation, applied or not (and why). A real change is
+ * written under this process's notification lease; anything else is notified already.
+ */
 function logEntry(
   row: Payout,
   observation: PayoutObservation,
   { outcome }: Advance,
-  observedAt: DateTime
+  observedAt: DateTime,
+  lease: TakenLease
 ) {
   return {
     payoutUuid: row.payoutUuid,
@@ -65,7 +76,9 @@ function logEntry(
     deliveryId: observation.deliveryId ?? null,
     observedAt,
     // Only a real change has events to fire.
-    notifiedAt: outcome.changed ? null : DateTime.now(),
+    notifiedAt: outcome.changed ? null : DateTime.utc(),
+    notifyOwner: outcome.changed ? lease.owner : null,
+    notifyUntil: outcome.changed ? lease.until : null,
   }
 }
 
@@ -85,7 +98,9 @@ function toEventColumns(
     delivery_id: entry.deliveryId,
     observed_at: dbDate(client, entry.observedAt),
     notified_at: entry.notifiedAt ? dbDate(client, entry.notifiedAt) : null,
-    created_at: dbDate(client),
+    notify_owner: entry.notifyOwner,
+    notify_until: entry.notifyUntil ? dbDate(client, entry.notifyUntil) : null,
+    created_at: dbDate(client, DateTime.utc()),
   }
 }
 
@@ -96,17 +111,26 @@ function toEventColumns(
  * outbox's part, after COMMIT.
  */
 export class PayoutApplier {
-  constructor(private hooks: ApplyHooks = {}) {}
+  constructor(
+    private hooks: ApplyHooks = {},
+    /** The notification lease this process takes on the changes it writes. */
+    private lease: NotifyLease = { owner: PROCESS_OWNER, ms: DEFAULT_NOTIFY_LEASE_MS }
+  ) {}
 
   /**
    * Applies a batch in the caller's transaction. Payouts are locked in id order
    * (observations of one payout keep their order), so two instances applying batches never
-   * wait on each other in a cycle.
+   * wait on each other in a cycle. Its changes are written under this process's
+   * notification lease (`notifyUntil` says until when), so no other live process fires them.
    */
   async applyBatchInTransaction(
     trx: TransactionClientContract,
     observations: PayoutObservation[]
-  ): Promise<AppliedBatch<Payout>> {
+  ): Promise<AppliedBatch<Payout> & { notifyUntil: DateTime }> {
+    const lease = {
+      owner: this.lease.owner,
+      until: DateTime.utc().plus({ milliseconds: this.lease.ms }),
+    }
     const linked = await mergePlaceholders(trx, observations)
     // A merged placeholder's position goes first: its payout's own observations follow it.
     const all = [...linked.merged, ...linked.observations]
@@ -122,24 +146,26 @@ export class PayoutApplier {
       outcomes.push(
         ...(await this.#applySet(
           trx,
-          order.map((i) => all[i])
+          order.map((i) => all[i]),
+          lease
         ))
       )
     } else {
-      for (const index of order) outcomes.push(await this.#applyOne(trx, all[index]))
+      for (const index of order) outcomes.push(await this.#applyOne(trx, all[index], lease))
     }
     const results: Array<ApplyResult<Payout>> = []
     order.forEach((index, position) => {
       if (index >= linked.merged.length)
         results[index - linked.merged.length] = outcomes[position].result
     })
-    return { outcomes, results }
+    return { outcomes, results, notifyUntil: lease.until }
   }
 
   /** One observation on its payout's row (locked), inside the batch's transaction. */
   async #applyOne(
     trx: TransactionClientContract,
-    observation: PayoutObservation
+    observation: PayoutObservation,
+    lease: TakenLease
   ): Promise<AppliedOutcome<Payout>> {
     const observedAt = observation.observedAt ?? DateTime.now()
     const locate = () => {
@@ -158,9 +184,12 @@ export class PayoutApplier {
     const advance = this.#advance(row, observation, observedAt)
     row.useTransaction(trx)
     await row.save()
-    const logged = await PayoutEvent.create(logEntry(row, observation, advance, observedAt), {
-      client: trx,
-    })
+    const logged = await PayoutEvent.create(
+      logEntry(row, observation, advance, observedAt, lease),
+      {
+        client: trx,
+      }
+    )
     const outcome = this.#outcome(row, observation, advance, observedAt, logged.id)
     if (outcome.change) await this.hooks.inTransaction?.(trx, [outcome.change])
     return outcome
@@ -175,7 +204,8 @@ export class PayoutApplier {
    */
   async #applySet(
     trx: TransactionClientContract,
-    observations: PayoutObservation[]
+    observations: PayoutObservation[],
+    lease: TakenLease
   ): Promise<Array<AppliedOutcome<Payout>>> {
     const rows = await this.#lockPayouts(trx, observations)
     const rowOf = (observation: PayoutObservation) => {
@@ -200,7 +230,7 @@ export class PayoutApplier {
     const ids = await this.#log(
       trx,
       applied.map((a) =>
-        toEventColumns(trx, logEntry(a.row, a.observation, a.advance, a.observedAt))
+        toEventColumns(trx, logEntry(a.row, a.observation, a.advance, a.observedAt, lease))
       )
     )
     if (ids.length !== applied.length) throw new Error('payout events were not all logged')

@@ -5,7 +5,13 @@ import { isDeadlock } from '../database/dialects.ts'
 import debug from '../debug.ts'
 import Payout from '../models/payout.ts'
 import { PayoutApplier, type ApplyHooks } from './payout_applier.ts'
-import { PayoutOutbox, type NotifiedOutcomes, type OutboxHooks } from './payout_outbox.ts'
+import {
+  DEFAULT_NOTIFY_LEASE_MS,
+  PayoutOutbox,
+  PROCESS_OWNER,
+  type NotifiedOutcomes,
+  type OutboxHooks,
+} from './payout_outbox.ts'
 import type { AppliedBatch, ApplyResult, PayoutObservation } from './vocabulary.ts'
 
 /** Runs of one batch when the database picks it as a deadlock's victim (see `applyBatch`). */
@@ -19,7 +25,10 @@ export type LedgerHooks = ApplyHooks & OutboxHooks
  * the row (PostgreSQL, MySQL) or holds SQLite's single writer, goes through the reducer,
  * is logged in payout_events whatever the outcome, and notifies after COMMIT. The log is
  * also the outbox: an applied change stays un-notified until its hook has run, so a change
- * whose process died between COMMIT and the hook is notified by `renotify` later.
+ * whose process died between COMMIT and the hook is notified by `renotify` later. A change
+ * is written under this process's notification lease (`notifyLeaseMs`, renewed while its
+ * hook runs), so no other live process fires it: only a process that died leaves its
+ * changes to another one, once their lease expired.
  *
  * Applying lives in `PayoutApplier` (with the read-id placeholders it merges first), the
  * notifying in `PayoutOutbox`; this class puts them together.
@@ -33,10 +42,13 @@ export class PayoutLedger {
     hooks: LedgerHooks = {},
     private connection?: string,
     /** Bound of `applyBatch`'s transaction (see `boundedTransaction`); 0 waits forever. */
-    private transactionTimeoutMs = 0
+    private transactionTimeoutMs = 0,
+    /** The notification lease on each change this process writes (`events.notifyLeaseMs`). */
+    notifyLeaseMs = DEFAULT_NOTIFY_LEASE_MS
   ) {
-    this.#applier = new PayoutApplier(hooks)
-    this.#outbox = new PayoutOutbox(db, hooks, connection, transactionTimeoutMs)
+    const lease = { owner: PROCESS_OWNER, ms: notifyLeaseMs }
+    this.#applier = new PayoutApplier(hooks, lease)
+    this.#outbox = new PayoutOutbox(db, hooks, connection, transactionTimeoutMs, lease)
   }
 
   /** Applies one observation (see `applyBatch`). */
@@ -88,7 +100,7 @@ export class PayoutLedger {
   applyBatchInTransaction(
     trx: TransactionClientContract,
     observations: PayoutObservation[]
-  ): Promise<AppliedBatch<Payout>> {
+  ): Promise<AppliedBatch<Payout> & NotifiedOutcomes> {
     return this.#applier.applyBatchInTransaction(trx, observations)
   }
 
@@ -97,7 +109,7 @@ export class PayoutLedger {
     return this.#outbox.notifyBatch(batch)
   }
 
-  /** The outbox sweep: notifies the changes a dead process left un-notified. */
+  /** The outbox sweep: notifies the changes a dead process left un-notified, after their lease. */
   renotify(options: { olderThanMs?: number; limit?: number } = {}): Promise<number> {
     return this.#outbox.renotify(options)
   }

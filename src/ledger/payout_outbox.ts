@@ -1,7 +1,12 @@
+import { randomBytes } from 'node:crypto'
+import { hostname } from 'node:os'
 import type { Database } from '@adonisjs/lucid/database'
+import type { QueryClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
 import { dbDate } from '../database/dates.ts'
 import { withDeadline, withStatementTimeout } from '../database/deadline.ts'
+import { affectedRows } from '../database/dialects.ts'
+import debug from '../debug.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
 import type { ObservationSource } from '../types/events.ts'
@@ -24,15 +29,44 @@ export interface OutboxHooks {
 /** What the outbox notifies: outcomes of applied observations, with or without a change. */
 export interface NotifiedOutcomes {
   outcomes: Array<{ change: PayoutChange<Payout> | null; result?: ApplyResult<Payout> }>
+  /** When the lease the applying transaction took on these changes ends (see `NotifyLease`). */
+  notifyUntil?: DateTime | null
 }
+
+/**
+ * This process's name on the notification leases it holds (`payout_events.notify_owner`):
+ * its host, its pid and a random part, unique per process.
+ */
+export const PROCESS_OWNER = `${hostname().slice(0, 40)}:${process.pid}:${randomBytes(4).toString('hex')}`
+
+/** The lease on a change's notification: who holds it and for how long between renewals. */
+export interface NotifyLease {
+  owner: string
+  ms: number
+}
+
+/** The default lease: 30 s, renewed every 10 s while the change's listeners run. */
+export const DEFAULT_NOTIFY_LEASE_MS = 30_000
+
+/** Ids per statement of a renewal. */
+const RENEW_CHUNK = 500
 
 /**
  * The payout_events log read as an outbox: an applied change stays un-notified
  * (`notified_at` null) until its hook has run, so a change whose process died between
  * COMMIT and the hook is notified by `renotify` later, with the same eventId.
+ *
+ * One live process notifies a change: the transaction that writes it gives it a lease
+ * (`notify_owner`, `notify_until`) held by the applying process, renewed every third of
+ * `lease.ms` while its hook runs, and ended when the change is marked notified, change by
+ * change. Another process takes a change only once its lease expired (its process died, or
+ * stalled past the lease), by a conditional UPDATE only one of them wins.
  */
 export class PayoutOutbox {
-  /** Changes whose hook is running in this process (renotify leaves them alone). */
+  /**
+   * Changes whose hook is running in this instance (renotify leaves them alone); their
+   * leases are renewed while they are here.
+   */
   #notifying = new Set<number>()
   /**
    * Changes whose hook ran in this process but whose mark the database lost (a stall, a
@@ -40,25 +74,36 @@ export class PayoutOutbox {
    */
   #unmarked = new Set<number>()
   #sweep?: Promise<number>
+  #renewal?: NodeJS.Timeout
+  /** Changes whose hook ended, waiting for their mark; one statement marks those queued. */
+  #toMark: number[] = []
+  #marking?: Promise<void>
 
   constructor(
     private db: Database,
     private hooks: OutboxHooks = {},
     private connection?: string,
     /** Bound of the sweep and of each statement outside a transaction; 0 waits forever. */
-    private timeoutMs = 0
+    private timeoutMs = 0,
+    /** The lease this process holds on the changes it notifies. */
+    private lease: NotifyLease = { owner: PROCESS_OWNER, ms: DEFAULT_NOTIFY_LEASE_MS }
   ) {}
 
   /**
-   * Runs the change hook of each change, in order, then marks them notified with one
-   * statement; for callers of `applyBatchInTransaction`, after their COMMIT. A hook that
-   * throws leaves its change to `renotify`. An outcome without a change may still announce
-   * an owner attached to its payout.
+   * Runs the change hook of each change, in order, and marks each one notified as soon as
+   * its hook has run (its lease ends there); for callers of `applyBatchInTransaction`, after
+   * their COMMIT. The leases of the changes still waiting are renewed meanwhile. A hook that
+   * throws leaves its change, and the ones after it, to `renotify`. An outcome without a
+   * change may still announce an owner attached to its payout.
    */
-  async notifyBatch({ outcomes }: NotifiedOutcomes) {
+  async notifyBatch({ outcomes, notifyUntil }: NotifiedOutcomes) {
     const ids = outcomes.flatMap(({ change }) => (change ? [change.eventId] : []))
-    for (const id of ids) this.#notifying.add(id)
-    const notified: number[] = []
+    this.#hold(ids)
+    // A long applying transaction may have used most of the lease it took: renewed now.
+    if (notifyUntil && notifyUntil.diffNow().toMillis() < (this.lease.ms * 2) / 3) {
+      await this.#renew(ids)
+    }
+    const left = new Set(ids)
     try {
       for (const { change, result } of outcomes) {
         if (!change) {
@@ -66,23 +111,26 @@ export class PayoutOutbox {
           continue
         }
         if (this.hooks.onChange) await this.hooks.onChange(change)
-        notified.push(change.eventId)
+        left.delete(change.eventId)
+        // Not marked (database away): renotify marks them later. Only a successor of this
+        // process (it died before the mark) runs their hook again, with their eventId.
+        this.#markSoon(change.eventId)
       }
     } finally {
-      // Not marked (database away): renotify marks them later. Only a successor of this
-      // process (it died before the mark) runs their hook again, with their eventId.
-      await this.#markNotified(notified).catch(() => {
-        for (const id of notified) this.#unmarked.add(id)
-      })
-      for (const id of ids) this.#notifying.delete(id)
+      await this.#marking
+      // A hook threw: its change and those after it are let go, for `renotify` to fire.
+      if (left.size > 0) await this.#letGo([...left]).catch(() => {})
+      this.#drop(ids)
     }
   }
 
   /**
    * The outbox sweep: runs the hook, oldest first, for applied changes that were never
-   * notified because their process died between COMMIT and the hook. Rows younger than
-   * `olderThanMs` are left to the live process that wrote them (another instance may still
-   * be notifying them). Returns how many changes were notified.
+   * notified because their process died between COMMIT and the hook. A change whose lease
+   * expired is taken at once; one without a lease (written before leases, or let go by a
+   * hook that threw) or leased by this process (another instance here, not this one) once
+   * it is `olderThanMs` old. Each is taken by a conditional UPDATE, so one process fires it.
+   * Returns how many changes were notified.
    */
   renotify(options: { olderThanMs?: number; limit?: number } = {}): Promise<number> {
     // One sweep at a time, and never one that hangs (a dead connection, a listener that
@@ -105,11 +153,9 @@ export class PayoutOutbox {
     sweep: { givenUp: boolean }
   ): Promise<number> {
     const client = this.db.connection(this.connection)
-    const before = DateTime.now().minus({ milliseconds: options.olderThanMs ?? 10_000 })
+    const olderThanMs = options.olderThanMs ?? 10_000
     const rows = await this.#bounded(
-      PayoutEvent.query({ client })
-        .whereNull('notified_at')
-        .where('created_at', '<=', dbDate(client, before))
+      this.#takeable(PayoutEvent.query({ client }), client, olderThanMs)
         .orderBy('id', 'asc')
         .limit(options.limit ?? 100)
     )
@@ -122,11 +168,17 @@ export class PayoutOutbox {
         this.#unmarked.delete(row.id)
         continue
       }
-      const change = row.applied ? await this.#rebuild(row) : null
-      if (!change) {
-        await this.#markNotified([row.id])
-        continue
+      // Another process may have taken it since the read: only the one UPDATE that wins goes on.
+      if (!(await this.#take(client, row.id, olderThanMs))) continue
+      this.#hold([row.id])
+      let change: PayoutChange<Payout> | null
+      try {
+        change = row.applied ? await this.#rebuild(row) : null
+        if (!change) await this.#markNotified([row.id])
+      } finally {
+        this.#drop([row.id])
       }
+      if (!change) continue
       // Checked again after the awaits above: a fresher sweep may have taken the row meanwhile.
       if (sweep.givenUp) break
       if (this.#notifying.has(row.id)) continue
@@ -134,6 +186,112 @@ export class PayoutOutbox {
       notified++
     }
     return notified
+  }
+
+  /**
+   * Un-notified changes another process may fire now: a lease that expired; or past
+   * `olderThanMs`, no lease at all (a writer from before leases, a change let go) or a lease
+   * of this process (another instance of it, since this one skips what it is notifying).
+   */
+  #takeable<Query>(query: Query, client: QueryClientContract, olderThanMs: number): Query {
+    const now = DateTime.utc()
+    const before = dbDate(client, now.minus({ milliseconds: olderThanMs }))
+    return (query as any).whereNull('notified_at').where((due: any) => {
+      due
+        .where((expired: any) =>
+          expired.whereNotNull('notify_until').where('notify_until', '<', dbDate(client, now))
+        )
+        .orWhere((old: any) =>
+          old.where('created_at', '<=', before).where((free: any) => {
+            free.whereNull('notify_until').orWhere('notify_owner', this.lease.owner)
+          })
+        )
+    })
+  }
+
+  /** Takes the lease on one change if it is still takeable; true when this process won it. */
+  async #take(client: QueryClientContract, id: number, olderThanMs: number) {
+    const updated = await this.#bounded(
+      this.#takeable(client.from(PayoutEvent.table).where('id', id), client, olderThanMs)
+    ).update({ notify_owner: this.lease.owner, notify_until: this.#until(client) })
+    return affectedRows(updated) === 1
+  }
+
+  /** The end of a lease taken or renewed now, in the connection's format (UTC). */
+  #until(client: QueryClientContract) {
+    return dbDate(client, DateTime.utc().plus({ milliseconds: this.lease.ms }))
+  }
+
+  /** Changes this instance notifies from now: left alone by its sweeps, their leases renewed. */
+  #hold(ids: number[]) {
+    for (const id of ids) this.#notifying.add(id)
+    if (this.#renewal || this.#notifying.size === 0) return
+    this.#renewal = setInterval(
+      () => void this.#renew([...this.#notifying]),
+      Math.max(1, Math.floor(this.lease.ms / 3))
+    )
+    this.#renewal.unref()
+  }
+
+  /** Changes this instance is done with; the renewal stops with the last one. */
+  #drop(ids: number[]) {
+    for (const id of ids) this.#notifying.delete(id)
+    if (this.#notifying.size > 0 || !this.#renewal) return
+    clearInterval(this.#renewal)
+    this.#renewal = undefined
+  }
+
+  /**
+   * Extends the leases of changes this process still holds and has not marked. A renewal
+   * that fails is only logged: past the lease another process may fire the change too.
+   */
+  async #renew(ids: number[]) {
+    if (ids.length === 0) return
+    const name = this.connection ?? this.db.primaryConnectionName
+    // The app closed its database (terminating): nothing to renew, and no pool to reopen.
+    if (!this.db.manager.isConnected(name)) return
+    const client = this.db.connection(this.connection)
+    try {
+      for (let start = 0; start < ids.length; start += RENEW_CHUNK) {
+        await this.#bounded(
+          client
+            .from(PayoutEvent.table)
+            .whereIn('id', ids.slice(start, start + RENEW_CHUNK))
+            .where('notify_owner', this.lease.owner)
+            .whereNull('notified_at')
+        ).update({ notify_until: this.#until(client) })
+      }
+    } catch (error) {
+      debug('outbox: lease renewal failed: %s', (error as Error).message)
+    }
+  }
+
+  /** Ends this process's lease on changes it will not fire (a hook threw). */
+  async #letGo(ids: number[]) {
+    const client = this.db.connection(this.connection)
+    await this.#bounded(
+      client
+        .from(PayoutEvent.table)
+        .whereIn('id', ids)
+        .where('notify_owner', this.lease.owner)
+        .whereNull('notified_at')
+    ).update({ notify_owner: null, notify_until: null })
+  }
+
+  /** Queues a change's mark: one statement marks every change whose hook ended meanwhile. */
+  #markSoon(id: number) {
+    this.#toMark.push(id)
+    this.#marking ??= this.#flushMarks()
+  }
+
+  async #flushMarks() {
+    while (this.#toMark.length > 0) {
+      const ids = this.#toMark.splice(0)
+      await this.#markNotified(ids).catch(() => {
+        for (const id of ids) this.#unmarked.add(id)
+      })
+    }
+    this.#marking = undefined
   }
 
   /** An owner given to a payout whose changes went out without one: its position now. */
@@ -215,7 +373,7 @@ export class PayoutOutbox {
       client
         .from(PayoutEvent.table)
         .whereIn('id', ids)
-        .update({ notified_at: dbDate(client) })
+        .update({ notified_at: dbDate(client, DateTime.utc()), notify_until: null })
     )
   }
 

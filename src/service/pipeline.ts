@@ -107,12 +107,15 @@ export interface ProcessStoredEventsOptions {
   batchSize: number
   /** Bound of each step of the row-by-row path (the ledger's transaction bound). */
   stepTimeoutMs: number
+  /** How long a row claimed on the row-by-row path is held (`webhook.processingLeaseMs`). */
+  leaseMs?: number
 }
 
 /**
  * Step 2: the inbox processor, applying stored events to the ledger. A claimed batch is
  * applied in the claiming transaction, so its rows are marked done in the same COMMIT as
- * the ledger changes they carry; a batch that fails goes row by row.
+ * the ledger changes they carry; a batch that fails goes row by row under a lease, each row
+ * applied in the transaction that marks it.
  */
 export function processStoredEvents(options: ProcessStoredEventsOptions): InboxProcessor {
   const { ledger } = options
@@ -121,10 +124,13 @@ export function processStoredEvents(options: ProcessStoredEventsOptions): InboxP
     logger: options.logger,
     batchSize: options.batchSize,
     stepTimeoutMs: options.stepTimeoutMs,
-    handler: async (envelope, row) => {
+    leaseMs: options.leaseMs,
+    // In the transaction that marks the row; the hooks run after its COMMIT.
+    handler: async (envelope, row, trx) => {
       const mapped = observe(envelope, row)
       if ('skip' in mapped) return mapped.skip
-      await ledger.apply(mapped.observation)
+      const batch = await ledger.applyBatchInTransaction(trx, [mapped.observation])
+      return { afterCommit: () => ledger.notifyBatch(batch) }
     },
     // The hooks run after the COMMIT.
     batchHandler: async (trx, items) => {

@@ -149,7 +149,13 @@ export async function buildParts({
     confirmAfterMinutes: config.jobs.escrowConfirmAfterMinutes,
   })
   const hooks = await pipeline.notifyAfterCommit({ notifier, escrowDeposits, logger })
-  const ledger = new PayoutLedger(db, hooks, connection, transactionTimeoutMs)
+  const ledger = new PayoutLedger(
+    db,
+    hooks,
+    connection,
+    transactionTimeoutMs,
+    config.events.notifyLeaseMs
+  )
   const executor = new PayoutExecutor({ db, ledger, client, connection, transactionTimeoutMs })
   const inbox = new InboxStore(db, tables.webhookDeliveries, connection, {
     insertTimeoutMs: config.webhook.ackTimeoutMs,
@@ -161,6 +167,7 @@ export async function buildParts({
     logger,
     batchSize: config.webhook.processBatchSize,
     stepTimeoutMs: transactionTimeoutMs,
+    leaseMs: config.webhook.processingLeaseMs,
   })
   const recipients = new RecipientsMirror(client, connection)
   const reconciler = new Reconciler({

@@ -10,8 +10,22 @@ const UNPARSABLE = 'unparsable event body'
 /** What the one-transaction path returns when the batch must go row by row instead. */
 const GO_ROW_BY_ROW = Symbol('go row by row')
 
-/** Applies one stored event; throwing leaves the row to be retried. */
-export type InboxHandler = (envelope: EventEnvelope, row: InboxRow) => Promise<string | void>
+/** What a handler did with its row: why it was skipped (`note`), what to run after COMMIT. */
+export interface HandledRow {
+  note?: string | null
+  afterCommit?: () => Promise<void>
+}
+
+/**
+ * Applies one stored event inside `trx`, the transaction that marks its row processed, so
+ * the row is done exactly when the event's effects commit. A string answered is the note of
+ * a row kept but not applied. Throwing rolls both back and leaves the row to be retried.
+ */
+export type InboxHandler = (
+  envelope: EventEnvelope,
+  row: InboxRow,
+  trx: TransactionClientContract
+) => Promise<string | void | HandledRow>
 
 /**
  * Applies a batch of stored events inside the transaction that claimed them, returning a
@@ -27,7 +41,12 @@ export type InboxBatchHandler = (
 export interface InboxProcessorOptions {
   store: Pick<
     InboxStore,
-    'claimDue' | 'markProcessed' | 'markFailed' | 'processDueInTransaction' | 'claimsInTransaction'
+    | 'claimDue'
+    | 'markFailed'
+    | 'processClaimed'
+    | 'renewLeases'
+    | 'processDueInTransaction'
+    | 'claimsInTransaction'
   >
   handler: InboxHandler
   batchHandler?: InboxBatchHandler
@@ -36,7 +55,11 @@ export interface InboxProcessorOptions {
   maxAttempts?: number
   /** First backoff; doubles per attempt. */
   baseBackoffMs?: number
-  /** How long a claimed row is held before another process may take it over. */
+  /**
+   * How long a row claimed on the row-by-row path is held before another process may take
+   * it over (renewed every third of it while the batch runs): about how long a killed
+   * process's rows wait. Default 15 s (`webhook.processingLeaseMs`).
+   */
   leaseMs?: number
   batchSize?: number
   /**
@@ -63,7 +86,7 @@ export class InboxProcessor {
     this.#options = {
       maxAttempts: 8,
       baseBackoffMs: 1000,
-      leaseMs: 60_000,
+      leaseMs: 15_000,
       batchSize: 100,
       stepTimeoutMs: 0,
       now: () => new Date(),
@@ -168,27 +191,34 @@ export class InboxProcessor {
     return outcome.rows.length
   }
 
-  /** One batch claimed with a lease, then processed row by row; returns the rows handled. */
+  /**
+   * One batch claimed with a lease, then processed row by row, each row marked in the
+   * transaction that applies it; the lease of the rows still waiting is renewed every third
+   * of it. Returns the rows handled.
+   */
   async #drainWithLeases(): Promise<number> {
+    const { store, leaseMs, now } = this.#options
     const rows = await this.#step(
-      this.#options.store.claimDue(
-        this.#options.now(),
-        this.#options.batchSize,
-        this.#options.leaseMs
-      ),
+      store.claimDue(now(), this.#options.batchSize, leaseMs),
       'inbox claim'
     )
-    // Rows applied without a note are marked together after the batch: one commit, not
-    // one per row. A crash before it leaves them to be applied again when their lease
-    // expires, which the ledger ignores (it has seen those observations).
-    const done: number[] = []
+    const waiting = new Set(rows)
+    const renewal = setInterval(
+      () =>
+        void store
+          .renewLeases([...waiting], new Date(now().getTime() + leaseMs))
+          .catch((error) => debug('inbox: lease renewal failed: %s', error.message)),
+      Math.max(1, Math.floor(leaseMs / 3))
+    )
+    renewal.unref()
     try {
       for (const row of rows) {
         const envelope = await this.#parse(row)
-        if (envelope && (await this.#process(envelope, row))) done.push(row.id)
+        if (envelope) await this.#process(envelope, row)
+        waiting.delete(row)
       }
     } finally {
-      await this.#step(this.#options.store.markProcessed(done), 'inbox mark')
+      clearInterval(renewal)
     }
     return rows.length
   }
@@ -214,19 +244,33 @@ export class InboxProcessor {
       { deliveryId: row.deliveryId },
       'payouts inbox: unparsable event kept'
     )
-    await this.#step(this.#options.store.markFailed(row.id, UNPARSABLE, null), 'inbox mark')
+    await this.#step(this.#options.store.markFailed(row.id, UNPARSABLE, null, row), 'inbox mark')
     return null
   }
 
-  /** True when the row was applied and only needs marking. */
-  async #process(envelope: EventEnvelope, row: InboxRow): Promise<boolean> {
-    const { store, logger } = this.#options
+  /**
+   * Applies one claimed row in the transaction that marks it, then runs what the handler
+   * left for after COMMIT; a failure is recorded with its backoff (or as a dead letter).
+   */
+  async #process(envelope: EventEnvelope, row: InboxRow): Promise<void> {
+    const { store, logger, handler } = this.#options
+    let afterCommit: (() => Promise<void>) | undefined
     try {
-      const note = await this.#step(this.#options.handler(envelope, row), 'inbox event')
-      debug('inbox: delivery %s processed (%s)', row.deliveryId, note ?? 'applied')
-      if (!note) return true
-      await this.#step(store.markProcessed([row.id], note), 'inbox mark')
-      return false
+      const done = await this.#step(
+        store.processClaimed(row, this.#options.now(), async (trx) => {
+          const handled = await handler(envelope, row, trx)
+          const { note = null, afterCommit: after } =
+            typeof handled === 'string' ? { note: handled } : (handled ?? {})
+          return { note, value: after }
+        }),
+        'inbox event'
+      )
+      if (!done) {
+        debug('inbox: delivery %s was taken by another process', row.deliveryId)
+        return
+      }
+      afterCommit = done.value
+      debug('inbox: delivery %s processed', row.deliveryId)
     } catch (error) {
       const message = (error as Error).message ?? String(error)
       const retryAt =
@@ -239,8 +283,12 @@ export class InboxProcessor {
         { deliveryId: row.deliveryId, attempts: row.attempts, dead: retryAt === null },
         'payouts inbox: event processing failed'
       )
-      await this.#step(store.markFailed(row.id, message, retryAt), 'inbox mark')
-      return false
+      await this.#step(store.markFailed(row.id, message, retryAt, row), 'inbox mark')
+      return
     }
+    // Hooks that fail leave their changes un-notified: renotify fires them later.
+    await afterCommit?.().catch((error) =>
+      logger.error({ err: error }, 'payouts inbox: change hooks failed after commit')
+    )
   }
 }

@@ -473,6 +473,76 @@ export class InboxStore {
   }
 
   /**
+   * Processes one row claimed by `claimDue` in a transaction of its own: marks it processed
+   * first, then hands the transaction to `work`, so the row is done exactly when its effects
+   * commit (a process killed after COMMIT never applies it again), and untouched if `work`
+   * throws. The mark holds only while the claim does (the row still `processing` at the
+   * claim's attempt): a row whose lease expired and that another process claimed since is
+   * left to it, and this resolves null without running `work`.
+   */
+  async processClaimed<T>(
+    row: Pick<InboxRow, 'id' | 'attempts'>,
+    now: Date,
+    work: (trx: TransactionClientContract) => Promise<{ note: string | null; value: T }>
+  ): Promise<{ value: T } | null> {
+    const timeoutMs = this.options.transactionTimeoutMs ?? 0
+    return boundedTransaction(
+      this.#client(),
+      { timeoutMs, what: 'inbox processing', writes: this.table },
+      async (trx) => {
+        const marked = await this.#held(trx.from(this.table), row).update({
+          state: 'processed',
+          processed_at: dbDate(trx, now),
+          next_attempt_at: null,
+          last_error: null,
+        })
+        if (affectedRows(marked) !== 1) return null
+        const { note, value } = await work(trx)
+        if (note !== null) {
+          await trx
+            .from(this.table)
+            .where('id', row.id)
+            .update({ last_error: note.slice(0, 2000) })
+        }
+        return { value }
+      }
+    )
+  }
+
+  /**
+   * Extends the lease of claimed rows to `until`, where the claim still holds (each row
+   * `processing` at its claim's attempt); answers how many it extended.
+   */
+  async renewLeases(rows: Array<Pick<InboxRow, 'id' | 'attempts'>>, until: Date) {
+    if (rows.length === 0) return 0
+    const client = this.#client()
+    let renewed = 0
+    for (let start = 0; start < rows.length; start += MAX_BATCH) {
+      const chunk = rows.slice(start, start + MAX_BATCH)
+      const updated = await this.#processingTimeout(
+        client
+          .from(this.table)
+          .where('state', 'processing')
+          .where((held) => {
+            for (const row of chunk) {
+              held.orWhere((one) => one.where('id', row.id).where('attempts', row.attempts))
+            }
+          })
+      ).update({ next_attempt_at: dbDate(client, until) })
+      renewed += affectedRows(updated)
+    }
+    return renewed
+  }
+
+  /** The row, while the claim that read it holds: still `processing`, at the same attempt. */
+  #held<Query>(query: Query, row: Pick<InboxRow, 'id' | 'attempts'>): Query {
+    return (query as any)
+      .where('id', row.id)
+      .where('state', 'processing')
+      .where('attempts', row.attempts)
+  }
+
+  /**
    * Marks rows done in one statement; `note` records why an authentic but unusable
    * delivery was skipped.
    */
@@ -487,10 +557,15 @@ export class InboxStore {
     })
   }
 
-  /** Records a failure: retried at `retryAt`, or dead-lettered when it is null. */
-  async markFailed(id: number, error: string, retryAt: Date | null) {
+  /**
+   * Records a failure: retried at `retryAt`, or dead-lettered when it is null. Given the
+   * claim (`attempts`), only while it holds: a row another process claimed since is its.
+   */
+  async markFailed(id: number, error: string, retryAt: Date | null, claim?: { attempts: number }) {
     const client = this.#client()
-    await this.#processingTimeout(client.from(this.table).where('id', id)).update({
+    const query = client.from(this.table).where('id', id)
+    if (claim) query.where('state', 'processing').where('attempts', claim.attempts)
+    await this.#processingTimeout(query).update({
       state: retryAt ? 'failed' : 'dead',
       next_attempt_at: retryAt ? dbDate(client, retryAt) : null,
       last_error: error.slice(0, 2000),

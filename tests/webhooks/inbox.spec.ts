@@ -147,6 +147,76 @@ test.group(`Webhooks | inbox (${TEST_DB})`, () => {
   }
 })
 
+test.group(`Webhooks | inbox rows under a lease (${TEST_DB})`, () => {
+  test('row by row, each row is marked processed in the transaction that applies it', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { table, store } = await freshInbox(cleanup, { rowByRow: true })
+    for (const id of ['a', 'b', 'c']) await store.insert(delivery(id))
+    const seenBefore: Array<[string, string[]]> = []
+    const processor = new InboxProcessor({
+      store,
+      logger,
+      handler: async (_envelope, row, trx) => {
+        const rows = await trx.from(table).select('delivery_id', 'state').orderBy('id')
+        seenBefore.push([row.deliveryId, rows.map((r) => r.state)])
+        if (row.deliveryId === 'b') return 'kept, not applied'
+      },
+    })
+    assert.equal(await processor.drain(), 3)
+    assert.deepEqual(seenBefore, [
+      ['a', ['processed', 'processing', 'processing']],
+      ['b', ['processed', 'processed', 'processing']],
+      ['c', ['processed', 'processed', 'processed']],
+    ])
+    const rows = await WebhookDelivery.query().orderBy('id')
+    assert.deepEqual(
+      rows.map((row) => [row.state, row.lastError]),
+      [
+        ['processed', null],
+        ['processed', 'kept, not applied'],
+        ['processed', null],
+      ]
+    )
+  })
+
+  test('a claim whose lease expired and that another process took is left to it', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, table, store } = await freshInbox(cleanup, { rowByRow: true })
+    await store.insert(delivery('slow'))
+    const t0 = new Date('2026-01-01T00:00:00Z')
+    const [mine] = await store.claimDue(t0, 10, 15_000)
+    const other = new InboxStore(db, table, undefined, { rowByRow: true })
+    const [theirs] = await other.claimDue(new Date(t0.getTime() + 15_001), 10, 15_000)
+    assert.equal(theirs.attempts, mine.attempts + 1)
+    // The first process comes back: its renewal, its mark and its failure touch nothing.
+    assert.equal(await store.renewLeases([mine], new Date(t0.getTime() + 60_000)), 0)
+    let ran = false
+    const work = async () => ((ran = true), { note: null, value: 'applied' })
+    assert.isNull(await store.processClaimed(mine, t0, work))
+    assert.isFalse(ran)
+    await store.markFailed(mine.id, 'too late', new Date(t0.getTime() + 1000), mine)
+    assert.equal((await WebhookDelivery.findByOrFail('deliveryId', 'slow')).state, 'processing')
+    // The process that holds the claim renews it and applies the row.
+    assert.equal(await other.renewLeases([theirs], new Date(t0.getTime() + 60_000)), 1)
+    assert.deepEqual(await other.processClaimed(theirs, t0, work), { value: 'applied' })
+    assert.equal((await WebhookDelivery.findByOrFail('deliveryId', 'slow')).state, 'processed')
+  })
+
+  test('the row-by-row lease is 15 s by default, not a minute', async ({ assert, cleanup }) => {
+    const { store } = await freshInbox(cleanup, { rowByRow: true })
+    await store.insert(delivery('d'))
+    const leases: number[] = []
+    const claimDue = store.claimDue.bind(store)
+    store.claimDue = (now, limit, leaseMs) => (leases.push(leaseMs), claimDue(now, limit, leaseMs))
+    await new InboxProcessor({ store, logger, handler: async () => {} }).drain()
+    assert.deepEqual(leases, [15_000, 15_000])
+  })
+})
+
 test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
   /** Counts the INSERT statements the database receives. */
   function countInserts(db: Awaited<ReturnType<typeof setupDatabase>>['db'], table: string) {

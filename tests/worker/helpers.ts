@@ -26,6 +26,18 @@ export interface ChildOptions {
   pauseFirstBatch?: 'sigterm' | 'go'
   /** The service's URL (an emulator the parent runs); none by default. */
   baseUrl?: string
+  /** Every `payouts:created` listener run takes this long (an e-mail, an HTTP call). */
+  listenerDelayMs?: number
+  /** The worker's first `payouts:created` listener run never ends (until listenerTimeoutMs). */
+  hangFirstListener?: boolean
+  /** `events.listenerTimeoutMs`, `events.notifyLeaseMs`, `webhook.processingLeaseMs`. */
+  listenerTimeoutMs?: number
+  notifyLeaseMs?: number
+  processingLeaseMs?: number
+  /** Every batch the worker claims in one transaction fails: it goes row by row, under leases. */
+  rowByRow?: boolean
+  /** The worker kills itself (SIGKILL) after its first COMMIT, before any event fires. */
+  killAfterCommit?: boolean
 }
 
 /** The payouts config both children run with. */
@@ -42,6 +54,11 @@ export function payoutsConfig(options: ChildOptions) {
       processing: 'worker',
       retryIntervalMs: 100,
       processBatchSize: options.batchSize,
+      ...(options.processingLeaseMs ? { processingLeaseMs: options.processingLeaseMs } : {}),
+    },
+    events: {
+      ...(options.listenerTimeoutMs ? { listenerTimeoutMs: options.listenerTimeoutMs } : {}),
+      ...(options.notifyLeaseMs ? { notifyLeaseMs: options.notifyLeaseMs } : {}),
     },
     jobs: { reconcileEveryMs: 0, escrowEveryMs: 0, recoverEveryMs: 0 },
     ledger: { tablePrefix: options.prefix, transactionTimeoutMs: 20_000 },

@@ -41,6 +41,11 @@ async function assertAppliedOnce(assert: any, payoutIds: string[], eventsFile: s
   const logged = await PayoutEvent.query().whereNotNull('delivery_id')
   assert.equal(logged.length, payoutIds.length)
   assert.equal(new Set(logged.map((row) => row.deliveryId)).size, payoutIds.length)
+  // The events fire after COMMIT: the last batch's may still be on their way.
+  const told = () => new Set(readLog(eventsFile).map((event: any) => event.payoutId))
+  await waitFor('every payout told', () => payoutIds.every((id) => told().has(id)), {
+    timeoutMs: 10_000,
+  }).catch(() => {})
   const events = readLog(eventsFile) as unknown as Array<{ payoutId: string }>
   const perPayout = new Map<string, number>()
   for (const event of events)

@@ -3,9 +3,12 @@
  * process (console environment, app started by the kernel). Every app event it fires is
  * appended to a JSONL file; with `pauseFirstBatch`, its first batch holds its transaction
  * open (rows claimed, nothing committed) until SIGTERM arrives or the parent says `go`.
+ * Listeners may be made slow or hang, batches forced row by row, or the process killed
+ * right after its first COMMIT (see `ChildOptions`).
  */
 import 'reflect-metadata'
 import { appendFileSync } from 'node:fs'
+import { setTimeout } from 'node:timers/promises'
 import { ListLoader } from '@adonisjs/core/ace'
 import { defineConfig as defineLoggerConfig } from '@adonisjs/core/logger'
 import PayoutsWork from '../../commands/payouts_work.ts'
@@ -51,11 +54,31 @@ await ignitor
       const emitter = await app.container.make('emitter')
       emitter.onAny((name, data: any) => {
         if (!options.eventsFile || !String(name).startsWith('payouts:')) return
-        const line = { name: String(name), payoutId: data?.payoutId ?? null, pid: process.pid }
+        const line = {
+          name: String(name),
+          payoutId: data?.payoutId ?? null,
+          eventKey: data?.eventKey ?? null,
+          pid: process.pid,
+          at: Date.now(),
+        }
         appendFileSync(options.eventsFile, JSON.stringify(line) + '\n')
       })
+      let hung = false
+      emitter.on('payouts:created', async () => {
+        if (options.hangFirstListener && !hung) {
+          hung = true
+          await new Promise(() => {})
+        }
+        if (options.listenerDelayMs) await setTimeout(options.listenerDelayMs)
+      })
+      const { inbox, ledger } = await payouts.parts()
+      if (options.rowByRow) {
+        inbox.processDueInTransaction = () => Promise.reject(new Error('forced row by row'))
+      }
+      if (options.killAfterCommit) {
+        ledger.notifyBatch = async () => void process.kill(process.pid, 'SIGKILL')
+      }
       if (!options.pauseFirstBatch) return
-      const { inbox } = await payouts.parts()
       const processDue = inbox.processDueInTransaction.bind(inbox)
       let paused = false
       inbox.processDueInTransaction = (now, limit, work) =>

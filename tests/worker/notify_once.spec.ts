@@ -1,0 +1,168 @@
+import { rm } from 'node:fs/promises'
+import { join } from 'node:path'
+import { tmpdir } from 'node:os'
+import { test } from '@japa/runner'
+import { PayoutEvent, WebhookDelivery } from '../../src/models/main.ts'
+import { openDatabase, readLog, waitFor } from '../chaos/helpers.ts'
+import { TEST_DB } from '../helpers/database.ts'
+import { postDeliveries, spawnChild, type ChildOptions } from './helpers.ts'
+
+/**
+ * A change is announced by one live process: `payouts:work` processes on one database, with
+ * slow or hanging listeners, killed mid-batch or right after a COMMIT. Counted per eventKey
+ * across every worker, from the JSONL file each appends its app events to.
+ */
+
+interface EventLine {
+  name: string
+  payoutId: string
+  eventKey: string
+  pid: number
+  at: number
+}
+
+async function setup(cleanup: (fn: () => Promise<void>) => void, count: number) {
+  const stamp = `${process.pid}-${Date.now()}`
+  const sqliteFile = join(tmpdir(), `svc-payouts-notify-${stamp}.sqlite`)
+  const eventsFile = join(tmpdir(), `svc-payouts-notify-events-${stamp}.jsonl`)
+  cleanup(async () => {
+    await Promise.all([sqliteFile, eventsFile].map((file) => rm(file, { force: true })))
+  })
+  const { prefix } = await openDatabase(cleanup, sqliteFile, () => false)
+  const env: Record<string, string> = TEST_DB !== 'sqlite' ? {} : { SVC_TEST_SQLITE: sqliteFile }
+  const base: ChildOptions = { prefix, batchSize: 100, eventsFile }
+  const web = spawnChild(cleanup, 'web_app.ts', base, env)
+  const { url } = await web.nextMessage('ready')
+  const payoutIds = await postDeliveries(url, count)
+  web.process.kill('SIGKILL')
+  const events = () => readLog(eventsFile) as unknown as EventLine[]
+  return { base, env, payoutIds, events }
+}
+
+/** The eventKeys fired more than once, with how often. */
+function repeated(events: EventLine[]) {
+  const counts = new Map<string, number>()
+  for (const event of events) counts.set(event.eventKey, (counts.get(event.eventKey) ?? 0) + 1)
+  return [...counts].filter(([, times]) => times > 1)
+}
+
+async function processedCount() {
+  const [row] = await WebhookDelivery.query().where('state', 'processed').count('* as total')
+  return Number(row.$extras.total)
+}
+
+/** Every applied change notified, every delivery processed. */
+function allNotified(count: number, timeoutMs: number) {
+  return waitFor(
+    'every delivery processed and every change notified',
+    async () => {
+      if ((await processedCount()) !== count) return false
+      const left = await PayoutEvent.query().where('applied', true).whereNull('notified_at')
+      return left.length === 0
+    },
+    { timeoutMs, everyMs: 250 }
+  )
+}
+
+test.group(`Worker | two live workers announce each change once (${TEST_DB})`, () => {
+  test('slow listeners (120 ms) over a backlog of 200: no eventKey twice', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { base, env, payoutIds, events } = await setup(cleanup, 200)
+    // The first takes 150 changes, about 18 s of listeners; the second the 50 left, then sweeps.
+    const options = { ...base, batchSize: 150, listenerDelayMs: 120 }
+    spawnChild(cleanup, 'worker_app.ts', options, env)
+    await waitFor('the first worker to start firing', () => events().length > 0, {
+      timeoutMs: 30_000,
+    })
+    spawnChild(cleanup, 'worker_app.ts', options, env)
+    await allNotified(200, 60_000)
+    // Past the sweeps' 10 s age, so a sweep that would fire again had its chance.
+    await new Promise((resolve) => setTimeout(resolve, 1500))
+    const fired = events()
+    assert.deepEqual(repeated(fired), [], 'no eventKey twice')
+    assert.sameMembers([...new Set(fired.map((e) => e.payoutId))], payoutIds)
+    assert.lengthOf(new Set(fired.map((e) => e.pid)), 2, 'both workers fired changes')
+  }).timeout(120_000)
+
+  test('a listener hanging until listenerTimeoutMs, past the lease: no eventKey twice', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { base, env, payoutIds, events } = await setup(cleanup, 100)
+    // The first worker's first listener hangs 15 s, holding its batch of 100 behind it,
+    // past the sweeps' 10 s and five times its own 3 s lease, which it keeps renewing.
+    const first = spawnChild(
+      cleanup,
+      'worker_app.ts',
+      { ...base, hangFirstListener: true, listenerTimeoutMs: 15_000, notifyLeaseMs: 3000 },
+      env
+    )
+    await waitFor('the first worker to hang', () => events().length > 0, { timeoutMs: 30_000 })
+    spawnChild(cleanup, 'worker_app.ts', { ...base, notifyLeaseMs: 3000 }, env)
+    await allNotified(100, 60_000)
+    await new Promise((resolve) => setTimeout(resolve, 1500))
+    const fired = events()
+    assert.deepEqual(repeated(fired), [], 'no eventKey twice')
+    assert.sameMembers([...new Set(fired.map((e) => e.payoutId))], payoutIds)
+    assert.deepEqual([...new Set(fired.map((e) => e.pid))], [first.process.pid])
+  }).timeout(120_000)
+})
+
+test.group(`Worker | a killed worker's work is taken over after its lease (${TEST_DB})`, () => {
+  test('SIGKILL mid-batch on the row-by-row path: rows taken within the lease, none applied twice', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { base, env, payoutIds } = await setup(cleanup, 20)
+    const eventsOf = () => readLog(base.eventsFile!) as unknown as EventLine[]
+    const options = { ...base, batchSize: 20, rowByRow: true, listenerDelayMs: 120 }
+    const first = spawnChild(cleanup, 'worker_app.ts', options, env)
+    await waitFor('five rows applied', () => eventsOf().length >= 5, { timeoutMs: 30_000 })
+    first.process.kill('SIGKILL')
+    await first.exited
+    const killedAt = Date.now()
+    const applied = await processedCount()
+    assert.isAbove(applied, 3, 'rows are marked as they are applied')
+    assert.isBelow(applied, 20, 'killed mid-batch')
+
+    // The default lease (webhook.processingLeaseMs, 15 s) from the claim: well under 60 s.
+    spawnChild(cleanup, 'worker_app.ts', { ...base, batchSize: 20 }, env)
+    await waitFor('every row processed', async () => (await processedCount()) === 20, {
+      timeoutMs: 25_000,
+    })
+    assert.isBelow(Date.now() - killedAt, 20_000)
+    const logged = await PayoutEvent.query().whereNotNull('delivery_id')
+    assert.equal(logged.length, 20, 'one payout_events row per delivery')
+    assert.sameMembers(
+      logged.map((row) => row.deliveryId),
+      payoutIds.map((id) => `dlv_${id}`)
+    )
+  }).timeout(120_000)
+
+  test('a notifier killed after COMMIT, before its events: another worker fires them once, after the lease', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { base, env, payoutIds, events } = await setup(cleanup, 20)
+    const options = { ...base, batchSize: 20, notifyLeaseMs: 3000 }
+    const dying = spawnChild(cleanup, 'worker_app.ts', { ...options, killAfterCommit: true }, env)
+    await dying.exited
+    const killedAt = Date.now()
+    assert.equal(await processedCount(), 20, 'the batch committed')
+    assert.lengthOf(events(), 0, 'no event fired before the kill')
+
+    spawnChild(cleanup, 'worker_app.ts', options, env)
+    await allNotified(20, 30_000)
+    const fired = events()
+    assert.deepEqual(repeated(fired), [])
+    assert.sameMembers(
+      fired.map((e) => e.payoutId),
+      payoutIds
+    )
+    // After the dead worker's lease (3 s), not the sweep's old 10 s (MySQL keeps whole seconds).
+    const first = Math.min(...fired.map((e) => e.at))
+    assert.isBelow(first - killedAt, 8000)
+  }).timeout(90_000)
+})
