@@ -28,6 +28,7 @@ import {
   validateExecuteInput,
 } from './validation.ts'
 import { PACKAGE_VERSION } from './version.ts'
+import { redactCredentials } from './redact.ts'
 
 export type { BatchRow, CallOptions, ExecuteInput, ListQuery } from './types.ts'
 export { validateExecuteInput } from './validation.ts'
@@ -197,12 +198,13 @@ export class PayoutsClient {
     await this.#transport.close()
   }
 
-  /** What JSON.stringify shows: never the key. */
+  /** What JSON.stringify shows: never the key, nor the credentials of the base URL. */
   toJSON() {
-    return { environment: this.environment, baseUrl: this.baseUrl }
+    return { environment: this.environment, baseUrl: redactCredentials(this.baseUrl) }
   }
 
   [inspect.custom]() {
-    return `PayoutsClient { environment: '${this.environment}', baseUrl: '${this.baseUrl}' }`
+    const baseUrl = redactCredentials(this.baseUrl)
+    return `PayoutsClient { environment: '${this.environment}', baseUrl: '${baseUrl}' }`
   }
 }

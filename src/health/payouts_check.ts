@@ -1,11 +1,18 @@
 import { BaseCheck, Result } from '@adonisjs/core/health'
+import { redactCredentials } from '../client/redact.ts'
+import { withDeadline } from '../database/deadline.ts'
 import type { PayoutsService } from '../service/payouts_service.ts'
+
+/** Past `health.timeoutMs`, the room left for the report's own error lines to arrive. */
+const MARGIN_MS = 1000
 
 /**
  * The plugin's check for AdonisJS health checks: the same report as `payouts:status`
- * (inbox backlog and age, dead letters, unknown intents, failed escrow, stuck payouts,
- * time since the last event, service reachability). Its status is the worst line's, its
- * message names every line that is not ok, and its meta is the whole report.
+ * (database, inbox backlog and age, dead letters, unknown intents, failed escrow, stuck
+ * payouts, time since the last event, heartbeats of the worker and the jobs, service
+ * reachability). Its status is the worst line's, its message names every line that is not
+ * ok, and its meta is the whole report. It answers within `health.timeoutMs` (plus a
+ * second at worst), so the host's health route answers 503 instead of hanging.
  *
  * Register it in `start/health.ts`: `new HealthChecks().register([new PayoutsCheck()])`.
  */
@@ -31,9 +38,11 @@ export class PayoutsCheck extends BaseCheck {
     let report
     try {
       const payouts = await this.#service()
-      report = await payouts.health()
+      const bound = payouts.config.health.timeoutMs + MARGIN_MS
+      report = await withDeadline(payouts.health(), bound, 'payouts health report')
     } catch (error) {
-      return Result.failed('Could not read the payouts health', error as Error)
+      const message = redactCredentials((error as Error)?.message ?? String(error))
+      return Result.failed(`Could not read the payouts health: ${message}`)
     }
     const result =
       report.status === 'ok'

@@ -2,19 +2,12 @@ import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
 import type { PayoutsClient } from '../client/payouts_client.ts'
 import { PayoutsApiError, PayoutsTimeoutError } from '../client/errors.ts'
 import type { PayoutsConfig } from '../define_config.ts'
-import type { HealthLine } from '../service/health.ts'
+import { redactCredentials } from '../client/redact.ts'
 import { createClient } from '../service/wiring.ts'
 import type { Logger } from '@adonisjs/core/logger'
+import type { ReachabilityLine } from './types.ts'
 
-/** The reachability line: whether the service answered, and whether the answer is reused. */
-export interface ReachabilityLine extends HealthLine {
-  /** The base URL asked. */
-  baseUrl: string
-  /** True when the answer is a cached one (see `health.reachability.cacheForMs`). */
-  cached: boolean
-  /** When the service was last asked, ISO. */
-  checkedAt: string
-}
+export type { ReachabilityLine } from './types.ts'
 
 /**
  * Asks the service one cheap authenticated read (`GET /payouts?limit=1`) with a short
@@ -46,7 +39,8 @@ export class Reachability {
 
   async #ask(): Promise<ReachabilityLine> {
     const at = Date.now()
-    const { baseUrl } = this.#config
+    // Named in the line and its message: never with the URL's credentials.
+    const baseUrl = redactCredentials(this.#config.baseUrl)
     const { timeoutMs } = this.#config.health.reachability
     const base = { baseUrl, cached: false, checkedAt: new Date(at).toISOString() }
     let line: ReachabilityLine
@@ -62,8 +56,8 @@ export class Reachability {
           : error instanceof PayoutsTimeoutError
             ? `${baseUrl} unreachable: no answer within ${timeoutMs} ms`
             : error instanceof PayoutsApiError && error.status > 0
-              ? `${baseUrl} refused the read: ${error.message}`
-              : `${baseUrl} unreachable: ${(error as Error).message}`
+              ? `${baseUrl} refused the read: ${redactCredentials(error.message)}`
+              : `${baseUrl} unreachable: ${redactCredentials((error as Error).message)}`
       line = { ...base, status: 'error', value: null, message }
     }
     this.#last = { at, line }

@@ -5,6 +5,7 @@ import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
 import type { HostLockServices, JobLocks } from '../jobs/locks.ts'
 import type { JobScheduler } from '../jobs/scheduler.ts'
 import type { PayoutsStream } from '../stream/payouts_stream.ts'
+import type { HeartbeatName, Heartbeats } from './heartbeats.ts'
 import type { ServiceParts } from './wiring.ts'
 
 /** What the background work needs from the service. */
@@ -25,14 +26,43 @@ export interface BackgroundWorkOptions {
  * scheduler and its locks, the WebSocket source. Each starts once; `stop` ends them all.
  */
 export class BackgroundWork {
+  /** When this process began: health counts a worker or job never seen from here. */
+  readonly startedAt = Date.now()
   #options: BackgroundWorkOptions
   #inboxTimer?: NodeJS.Timeout
   #stream?: PayoutsStream
   #scheduler?: JobScheduler
   #jobLocks?: JobLocks
+  #heartbeats?: Promise<Heartbeats>
 
   constructor(options: BackgroundWorkOptions) {
     this.#options = options
+  }
+
+  /**
+   * Records that `name` ran now (see `Heartbeats`): bounded by `health.timeoutMs`, never
+   * rejects, a failure is logged. The jobs beat through the service's methods, so a run
+   * from a command (cron) beats as the scheduler's does.
+   */
+  async beat(name: HeartbeatName, options?: { atMostEveryMs?: number }): Promise<void> {
+    const { config, logger, parts } = this.#options
+    try {
+      this.#heartbeats ??= Promise.all([parts(), import('./heartbeats.ts')]).then(
+        ([{ db }, { Heartbeats }]) => new Heartbeats({ db, config, logger })
+      )
+      const heartbeats = await this.#heartbeats
+      await heartbeats.beat(name, options)
+    } catch (error) {
+      this.#heartbeats = undefined
+      logger.error({ err: error, heartbeat: name }, 'payouts heartbeat not recorded')
+    }
+  }
+
+  /** Waits for `work`, then records its beat: a run that threw records none. */
+  async recorded<T>(name: HeartbeatName, work: Promise<T>): Promise<T> {
+    const result = await work
+    await this.beat(name)
+    return result
   }
 
   /**

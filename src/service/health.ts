@@ -1,58 +1,41 @@
 import type { Database } from '@adonisjs/lucid/database'
-import { dbDate } from '../database/dates.ts'
+import type { QueryClientContract } from '@adonisjs/lucid/types/database'
+import { redactCredentials } from '../client/redact.ts'
+import { dbDate, fromDbDate } from '../database/dates.ts'
+import {
+  dropIdleConnections,
+  isDeadlineError,
+  withDeadline,
+  withStatementTimeout,
+} from '../database/deadline.ts'
 import { tableNames } from '../database/schema.ts'
 import type { PayoutsConfig } from '../define_config.ts'
-import type { Reachability, ReachabilityLine } from '../health/reachability.ts'
+import type { Reachability } from '../health/reachability.ts'
+import type {
+  HealthLine,
+  HealthLines,
+  HeartbeatsLine,
+  PayoutsHealthReport,
+  ReachabilityLine,
+  Verdict,
+} from '../health/types.ts'
+import { expectedBeats, MISSED_INTERVALS, readBeats, type HeartbeatName } from './heartbeats.ts'
 
-/** A line's or the whole report's verdict, as AdonisJS health checks name them. */
-export type Verdict = 'ok' | 'warning' | 'error'
-
-/** One line of the health report: what was measured, its verdict, and why in words. */
-export interface HealthLine {
-  status: Verdict
-  /** The count or the age in ms; null when there is nothing to measure yet. */
-  value: number | null
-  message: string
-}
-
-/** The lines of the report, in the order `payouts:status` prints them. */
-export interface HealthLines {
-  /** Whether the service answers a cheap read with this key (cached, see `health.reachability`). */
-  reachability: ReachabilityLine
-  /** Inbox rows not yet processed: pending, being processed, or failed and due again. */
-  inboxBacklog: HealthLine
-  /** Age in ms of the oldest of those rows. */
-  oldestPendingMs: HealthLine
-  /** Inbox rows given up on; `payouts:replay` requeues them. */
-  deadLetters: HealthLine
-  /** Execution intents whose outcome is unknown or that wait for a human. */
-  unknownIntents: HealthLine
-  /** Escrow deposits whose confirmation failed past its attempts. */
-  escrowFailed: HealthLine
-  /** Non-terminal payouts older than `jobs.stuckAfterMs`. */
-  stuckPayouts: HealthLine
-  /** Ms since the inbox last stored a delivery (webhook or WebSocket). */
-  sinceLastEventMs: HealthLine
-}
-
-/**
- * The health of the integration, shared by the AdonisJS health check (`PayoutsCheck`) and
- * `payouts:status`. `--json` prints it as it is: camelCase keys, ages in milliseconds.
- */
-export interface PayoutsHealthReport {
-  /** The worst verdict of the lines. */
-  status: Verdict
-  /** The messages of the lines that are not ok, joined; "all checks ok" otherwise. */
-  message: string
-  environment: 'sandbox' | 'production'
-  eventSources: PayoutsConfig['events']['sources']
-  /** When the inbox last stored a delivery, ISO; null when never. */
-  lastEventReceivedAt: string | null
-  /** Without the ledger only `reachability` is reported. */
-  checks: Partial<HealthLines> & Pick<HealthLines, 'reachability'>
-}
+export type {
+  HealthLine,
+  HealthLines,
+  HeartbeatsLine,
+  PayoutsHealthReport,
+  ReachabilityLine,
+  Verdict,
+} from '../health/types.ts'
 
 type Threshold = { warning: number | null; error: number | null }
+
+type HealthConfig = Pick<
+  PayoutsConfig,
+  'baseUrl' | 'ledger' | 'jobs' | 'events' | 'health' | 'webhook'
+>
 
 /** The verdict of a value against its threshold: error first, then warning. */
 export function verdictOf(value: number | null, threshold: Threshold): Verdict {
@@ -82,35 +65,94 @@ function worst(verdicts: Verdict[]): Verdict {
 
 /** "3 min", "2 h": an age for a human. */
 function age(ms: number): string {
+  if (ms < 1000) return `${Math.round(ms)} ms`
   if (ms < 60_000) return `${Math.round(ms / 1000)} s`
   if (ms < 3600_000) return `${Math.round(ms / 60_000)} min`
   return `${Math.round(ms / 3600_000)} h`
 }
 
-const toDate = (value: unknown) => (value ? new Date(value as string) : null)
+/** Every source that may beat, in the order the report lists them. */
+const BEAT_NAMES: HeartbeatName[] = [
+  'worker',
+  'job:reconcile',
+  'job:escrow',
+  'job:recover',
+  'job:prune',
+]
 
-/** Reads the ledger's lines from the plugin's tables (one query per measure). */
+/**
+ * The heartbeats line: a source expected here (see `expectedBeats`) with no beat for
+ * `MISSED_INTERVALS` of its intervals is overdue. One never seen counts from `since` (when
+ * this process began to expect it), so a fresh deploy is not reported before it could beat.
+ */
+function heartbeatsLine(
+  beats: Map<string, Date>,
+  config: HealthConfig,
+  now: number,
+  since: number
+): HeartbeatsLine {
+  const expected = expectedBeats(config)
+  const lastBeats = Object.fromEntries(
+    BEAT_NAMES.map((name) => [name, beats.get(name)?.toISOString() ?? null])
+  )
+  const overdue: string[] = []
+  const words: string[] = []
+  for (const { name, everyMs } of expected) {
+    const last = beats.get(name)?.getTime()
+    if (now - (last ?? since) < MISSED_INTERVALS * everyMs) continue
+    overdue.push(name)
+    const every = `expected every ${age(everyMs)}`
+    words.push(
+      last === undefined
+        ? `${name} has not run (${every})`
+        : `${name} last ran ${age(now - last)} ago (${every})`
+    )
+  }
+  if (overdue.includes('worker')) words.push('is node ace payouts:work running?')
+  const describe = !expected.length
+    ? 'no worker or job expected to run here'
+    : overdue.length
+      ? words.join(', ')
+      : `worker and jobs ran within ${MISSED_INTERVALS} of their intervals`
+  const value = expected.length ? overdue.length : null
+  return { ...line(value, config.health.heartbeats, describe), lastBeats, overdue }
+}
+
+/** Stops the statements of a report given up on: the next one is not sent. */
+interface Gate {
+  expired: boolean
+}
+
+/**
+ * Reads the ledger's lines from the plugin's tables (one statement per measure, each under
+ * the report's bound), and the heartbeats.
+ */
 async function ledgerLines(
-  db: Database,
-  config: Pick<PayoutsConfig, 'ledger' | 'jobs' | 'health'>,
-  now: number
+  client: QueryClientContract,
+  config: HealthConfig,
+  now: number,
+  since: number,
+  gate: Gate
 ) {
   const t = tableNames(config.ledger.tablePrefix)
-  const client = db.connection(config.ledger.connection)
   const h = config.health
+  const bounded = <Query extends { timeout(ms: number): Query }>(query: Query): Query => {
+    if (gate.expired) throw new Error('the health report was given up')
+    return withStatementTimeout(query, h.timeoutMs)
+  }
   const count = async (table: string, where: (q: any) => void) => {
     const query = client.from(table)
     where(query)
-    const row = await query.count('* as total').first()
+    const row = await bounded(query.count('* as total')).first()
     return Number(row?.total ?? 0)
   }
   const unprocessed = (q: any) => q.whereIn('state', ['pending', 'processing', 'failed'])
-  const lastRow = await client.from(t.webhookDeliveries).max('received_at as at').first()
-  const oldestRow = await unprocessed(client.from(t.webhookDeliveries))
-    .min('received_at as at')
-    .first()
-  const last = toDate(lastRow?.at)
-  const oldest = toDate(oldestRow?.at)
+  const lastRow = await bounded(client.from(t.webhookDeliveries).max('received_at as at')).first()
+  const oldestRow = await bounded(
+    unprocessed(client.from(t.webhookDeliveries)).min('received_at as at')
+  ).first()
+  const last = fromDbDate(client, lastRow?.at)?.toJSDate() ?? null
+  const oldest = fromDbDate(client, oldestRow?.at)?.toJSDate() ?? null
   const stuckBefore = dbDate(client, new Date(now - config.jobs.stuckAfterMs))
   const backlog = await count(t.webhookDeliveries, unprocessed)
   const dead = await count(t.webhookDeliveries, (q) => q.where('state', 'dead'))
@@ -121,9 +163,11 @@ async function ledgerLines(
   const stuck = await count(t.payouts, (q) =>
     q.whereIn('status', ['pending', 'processing']).where('created_at', '<', stuckBefore)
   )
+  if (gate.expired) throw new Error('the health report was given up')
+  const beats = await readBeats(client, t.heartbeats, h.timeoutMs)
   const oldestMs = oldest ? Math.max(0, now - oldest.getTime()) : null
   const sinceLastMs = last ? Math.max(0, now - last.getTime()) : null
-  const lines: Omit<HealthLines, 'reachability'> = {
+  const lines: Omit<HealthLines, 'reachability' | 'database'> = {
     inboxBacklog: line(backlog, h.inboxBacklog, `${backlog} inbox rows not processed`),
     oldestPendingMs: line(
       oldestMs,
@@ -139,28 +183,104 @@ async function ledgerLines(
       h.sinceLastEventMs,
       sinceLastMs === null ? 'no event received yet' : `last event ${age(sinceLastMs)} ago`
     ),
+    heartbeats: heartbeatsLine(beats, config, now, since),
   }
   return { lines, lastEventReceivedAt: last?.toISOString() ?? null }
 }
 
+/** A database error in a line: its own words, without the SQL statement knex puts first. */
+function databaseError(error: unknown): string {
+  const { message, code } = error as { message?: string; code?: unknown }
+  const text = String(message ?? error).replace(/^\s*(select|with)\b[\s\S]*? - /i, '')
+  return typeof code === 'string' && !text.includes(code) ? `${text} (${code})` : text
+}
+
+/**
+ * The ledger's lines and the `database` line, within `health.timeoutMs` whatever the
+ * database does: past it (or on a database error) the `database` line is an error naming
+ * the connection, and the other ledger lines are left out. A report given up on drops the
+ * pool's idle connections (a stalled flow took them all, most likely) and sends no more.
+ */
+async function readLedger(db: Database, config: HealthConfig, now: number, since: number) {
+  const { timeoutMs } = config.health
+  const name = config.ledger.connection ?? db.primaryConnectionName
+  const client = db.connection(config.ledger.connection)
+  const gate: Gate = { expired: false }
+  const started = Date.now()
+  try {
+    const ledger = await withDeadline(
+      ledgerLines(client, config, now, since, gate),
+      timeoutMs,
+      `payouts health (database connection "${name}")`,
+      (error) => {
+        gate.expired = true
+        dropIdleConnections(client, error)
+      }
+    )
+    const ms = Date.now() - started
+    const database: HealthLine = {
+      status: 'ok',
+      value: ms,
+      message: `database connection "${name}" answered in ${ms} ms`,
+    }
+    return { lines: { database, ...ledger.lines }, lastEventReceivedAt: ledger.lastEventReceivedAt }
+  } catch (error) {
+    gate.expired = true
+    const timedOut = isDeadlineError(error) || (error as Error)?.name === 'KnexTimeoutError'
+    const message = timedOut
+      ? `database connection "${name}" did not answer within ${timeoutMs} ms (health.timeoutMs)`
+      : `database connection "${name}" failed: ${databaseError(error)}`
+    const database: HealthLine = { status: 'error', value: null, message }
+    return { lines: { database }, lastEventReceivedAt: null }
+  }
+}
+
+/** The reachability line within `health.timeoutMs`, whatever the probe does. */
+async function readReachability(sources: HealthSources): Promise<ReachabilityLine> {
+  const { timeoutMs } = sources.config.health
+  const baseUrl = redactCredentials(sources.config.baseUrl)
+  try {
+    return await withDeadline(sources.reachability.read(), timeoutMs, 'payouts reachability')
+  } catch (error) {
+    const message = isDeadlineError(error)
+      ? `${baseUrl} unreachable: no answer within ${timeoutMs} ms (health.timeoutMs)`
+      : `${baseUrl} unreachable: ${(error as Error).message}`
+    const checkedAt = new Date().toISOString()
+    return { status: 'error', value: null, message, baseUrl, cached: false, checkedAt }
+  }
+}
+
 /** What `readHealth` reads from. */
 export interface HealthSources {
-  config: Pick<PayoutsConfig, 'ledger' | 'jobs' | 'events' | 'health'>
+  config: HealthConfig
   environment: PayoutsHealthReport['environment']
   /** The plugin's database; null without the ledger (only reachability is reported). */
   db: Database | null
   reachability: Reachability
+  /**
+   * Since when this process expects the worker and the jobs to beat (the service's start):
+   * one never seen is overdue only `MISSED_INTERVALS` of its intervals after it. Default:
+   * the process's start.
+   */
+  watchingSince?: number
 }
 
-/** Reads the health report: the ledger's tables and the service's reachability. */
+/**
+ * Reads the health report: the ledger's tables, the heartbeats and the service's
+ * reachability, within `health.timeoutMs` (a part that does not answer is an error line).
+ * Credentials in any URL it names are redacted.
+ */
 export async function readHealth(sources: HealthSources): Promise<PayoutsHealthReport> {
   const now = Date.now()
+  const since = sources.watchingSince ?? now - process.uptime() * 1000
   const [reachability, ledger] = await Promise.all([
-    sources.reachability.read(),
-    sources.db ? ledgerLines(sources.db, sources.config, now) : null,
+    readReachability(sources),
+    sources.db ? readLedger(sources.db, sources.config, now, since) : null,
   ])
   const checks = { reachability, ...ledger?.lines }
   const lines = Object.values(checks) as HealthLine[]
+  for (const each of lines) each.message = redactCredentials(each.message)
+  reachability.baseUrl = redactCredentials(reachability.baseUrl)
   const status = worst(lines.map((l) => l.status))
   const problems = lines.filter((l) => l.status !== 'ok').map((l) => l.message)
   return {

@@ -1,6 +1,7 @@
 import { inspect } from 'node:util'
 import type { HttpRouterService } from '@adonisjs/core/types'
 import type { PayoutsClient } from '../client/main.ts'
+import { redactCredentials } from '../client/redact.ts'
 import type { ExecuteInput } from '../client/payouts_client.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import debug from '../debug.ts'
@@ -163,7 +164,7 @@ export class PayoutsService {
   /** Re-sends unknown execution intents with their original key (see PayoutExecutor). */
   async recover(options?: { olderThanMs?: number; limit?: number }) {
     const { executor } = await this.parts()
-    return executor.recover(options)
+    return this.#background.recorded('job:recover', executor.recover(options))
   }
 
   /**
@@ -237,7 +238,7 @@ export class PayoutsService {
   /** Reads quiet non-terminal payouts and applies what the service says (source `poll`). */
   async reconcile(options?: { staleAfterMs?: number }) {
     const { reconciler } = await this.parts()
-    return reconciler.run(options)
+    return this.#background.recorded('job:reconcile', reconciler.run(options))
   }
 
   /** The escrow fallback: record the deposit you sent; the job confirms only when allowed. */
@@ -245,7 +246,8 @@ export class PayoutsService {
     recordDeposit: (...args: Parameters<EscrowDeposits['record']>) =>
       this.parts().then(({ escrowDeposits }) => escrowDeposits.record(...args)),
     /** Runs the fallback once, now. */
-    confirmDue: () => this.parts().then(({ escrow }) => escrow.run()),
+    confirmDue: () =>
+      this.parts().then(({ escrow }) => this.#background.recorded('job:escrow', escrow.run())),
   }
 
   /**
@@ -313,6 +315,7 @@ export class PayoutsService {
       environment: this.client.environment,
       db: ledger?.db ?? null,
       reachability: this.#reachability,
+      watchingSince: this.#background.startedAt,
     })
   }
 
@@ -324,7 +327,8 @@ export class PayoutsService {
   async prune(options: { dryRun?: boolean; deadLetters?: boolean } = {}) {
     const { db } = await this.parts()
     const { createPruner } = await import('../ledger/pruning.ts')
-    return createPruner(db, this.config).prune(options)
+    const pruning = createPruner(db, this.config).prune(options)
+    return options.dryRun ? pruning : this.#background.recorded('job:prune', pruning)
   }
 
   /** Processes every due inbox row now (tests, commands, the retry timer). */
@@ -346,7 +350,7 @@ export class PayoutsService {
   toJSON() {
     return {
       environment: this.config.environment,
-      baseUrl: this.config.baseUrl,
+      baseUrl: redactCredentials(this.config.baseUrl),
       faked: Boolean(this.#fake),
     }
   }

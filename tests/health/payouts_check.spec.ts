@@ -90,6 +90,7 @@ test.group(`Health check (${TEST_DB})`, () => {
     assert.equal(check.message, 'all checks ok')
     assert.deepEqual(Object.keys(check.meta!.checks), [
       'reachability',
+      'database',
       'inboxBacklog',
       'oldestPendingMs',
       'deadLetters',
@@ -97,8 +98,12 @@ test.group(`Health check (${TEST_DB})`, () => {
       'escrowFailed',
       'stuckPayouts',
       'sinceLastEventMs',
+      'heartbeats',
     ])
     assert.equal(check.meta!.checks.reachability.status, 'ok')
+    assert.equal(check.meta!.checks.database.status, 'ok')
+    // The test app leaves the jobs to the tests: nothing is expected to beat.
+    assert.equal(check.meta!.checks.heartbeats.status, 'ok')
     assert.equal(check.meta!.checks.inboxBacklog.value, 0)
     assert.isNull(check.meta!.checks.sinceLastEventMs.value)
   })
