@@ -1,5 +1,5 @@
 import { flags } from '@adonisjs/core/ace'
-import { PayoutsCommand } from '../src/commands/payouts_command.ts'
+import { MAX_INT32, PayoutsCommand } from '../src/commands/payouts_command.ts'
 import type { IntentView } from '../src/service/intents_desk.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
 
@@ -41,8 +41,10 @@ export default class PayoutsIntents extends PayoutsCommand<IntentView[] | Intent
       ['--resolve', this.resolve],
       ['--retry', this.retry],
     ] as const) {
-      if (value !== undefined && !/^[1-9]\d*$/.test(value)) {
-        return this.refuse(`${flag} takes an intent id (a number), not "${value}"`)
+      if (value !== undefined && (!/^[1-9]\d*$/.test(value) || Number(value) > MAX_INT32)) {
+        return this.refuse(
+          `${flag} takes an intent id (a number from 1 to ${MAX_INT32}), not "${value}". Nothing done`
+        )
       }
     }
     if (this.resolve !== undefined && !RESOLUTIONS.includes(this.as as 'sent')) {
@@ -94,5 +96,12 @@ export default class PayoutsIntents extends PayoutsCommand<IntentView[] | Intent
       ])
     }
     table.render()
+    // What would settle a needs_attention intent: the ledger's payouts that match it.
+    for (const intent of result.filter((view) => view.candidates)) {
+      const found = intent.candidates!.map((p) => `${p.payoutUuid} (${p.status}, ${p.createdAt})`)
+      this.logger.info(
+        `Intent ${intent.id}: ${found.length ? `ledger payouts that match: ${found.join(', ')}` : 'no ledger payout matches it'}`
+      )
+    }
   }
 }

@@ -1,5 +1,5 @@
 import { flags } from '@adonisjs/core/ace'
-import { PayoutsCommand } from '../src/commands/payouts_command.ts'
+import { outOfRange, PayoutsCommand } from '../src/commands/payouts_command.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
 
 type Result = Awaited<ReturnType<PayoutsService['reconcile']>>
@@ -13,6 +13,11 @@ export default class PayoutsReconcile extends PayoutsCommand<Result> {
   declare staleAfterMs?: number
 
   protected failure = 'Reconciliation failed'
+
+  protected async accepted() {
+    const refused = outOfRange('stale-after-ms', this.staleAfterMs, 0, Number.MAX_SAFE_INTEGER)
+    return refused === undefined || this.refuse(refused)
+  }
 
   protected perform(payouts: PayoutsService) {
     return payouts.reconcile({ staleAfterMs: this.staleAfterMs })

@@ -1,5 +1,5 @@
 import { flags } from '@adonisjs/core/ace'
-import { PayoutsCommand } from '../src/commands/payouts_command.ts'
+import { outOfRange, PayoutsCommand } from '../src/commands/payouts_command.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
 
 type Result = Awaited<ReturnType<PayoutsService['recover']>>
@@ -13,6 +13,11 @@ export default class PayoutsRecover extends PayoutsCommand<Result> {
   declare olderThanMs: number
 
   protected failure = 'Recovery failed'
+
+  protected async accepted() {
+    const refused = outOfRange('older-than-ms', this.olderThanMs, 0, Number.MAX_SAFE_INTEGER)
+    return refused === undefined || this.refuse(refused)
+  }
 
   protected perform(payouts: PayoutsService) {
     return payouts.recover({ olderThanMs: this.olderThanMs })

@@ -1,10 +1,22 @@
 import { BaseCommand, flags } from '@adonisjs/core/ace'
-import type { CommandOptions } from '@adonisjs/core/types/ace'
+import type { CommandOptions, FlagsParserOptions } from '@adonisjs/core/types/ace'
+import {
+  MAX_INT32,
+  outOfRange,
+  type ParserOptions,
+  readBooleansAsText,
+  unreadInput,
+} from '../src/commands/payouts_command.ts'
 import type { PayoutsWorker } from '../src/service/worker.ts'
+
+/** How long a process past its stop bound may take to close before it is ended (exit 1). */
+const EXIT_GRACE_MS = 1000
 
 /**
  * Runs the worker (src/service/worker.ts) until SIGTERM or SIGINT: the inbox, the jobs, the
  * stream and pending notifications, out of the web process (`webhook.processing: 'worker'`).
+ * The stop runs in the app's terminating phase, before the providers close Lucid: a stock
+ * `bin/console.ts` terminates the app on SIGTERM while the batch in hand is still committing.
  */
 export default class PayoutsWork extends BaseCommand {
   static commandName = 'payouts:work'
@@ -12,16 +24,30 @@ export default class PayoutsWork extends BaseCommand {
     'Process stored deliveries, run the jobs and the stream, until SIGTERM or SIGINT'
   static options: CommandOptions = { startApp: true, staysAlive: true }
 
+  static getParserOptions(options?: FlagsParserOptions): ParserOptions {
+    return readBooleansAsText(this, super.getParserOptions(options))
+  }
+
   @flags.number({ description: 'Milliseconds between reads of an empty inbox' })
   declare pollIntervalMs?: number
 
-  @flags.number({ description: 'Milliseconds a stop may take before the process gives up' })
+  @flags.number({ description: 'Milliseconds a stop may take before the process exits 1' })
   declare stopTimeoutMs?: number
 
   #worker?: PayoutsWorker
+  #stopped?: Promise<void>
   #onSignal = () => void this.stop().then(() => this.terminate())
 
   async run() {
+    const refused =
+      unreadInput(this) ??
+      outOfRange('poll-interval-ms', this.pollIntervalMs, 1, MAX_INT32) ??
+      outOfRange('stop-timeout-ms', this.stopTimeoutMs, 1, MAX_INT32)
+    if (refused !== undefined) {
+      this.logger.error(refused)
+      this.exitCode = 1
+      return this.terminate()
+    }
     const { PayoutsWorker } = await import('../src/service/worker.ts')
     this.#worker = new PayoutsWorker({
       service: await this.app.container.make('payouts.manager'),
@@ -29,6 +55,8 @@ export default class PayoutsWork extends BaseCommand {
       pollIntervalMs: this.pollIntervalMs,
       stopTimeoutMs: this.stopTimeoutMs,
     })
+    // Runs before the providers shut down, whoever terminates the app.
+    this.app.terminating(() => this.stop())
     process.once('SIGINT', this.#onSignal)
     process.once('SIGTERM', this.#onSignal)
     try {
@@ -41,12 +69,25 @@ export default class PayoutsWork extends BaseCommand {
     }
   }
 
-  /** Stops the worker (on a signal, or from a test); exit code 1 when it overran its bound. */
-  async stop() {
+  /**
+   * Stops the worker (on a signal, when the app terminates, or from a test), once. Past its
+   * bound the exit code is 1, and the process of `node ace payouts:work` ends within
+   * `EXIT_GRACE_MS`: a listener that never returns would keep it alive.
+   */
+  stop(): Promise<void> {
+    this.#stopped ??= this.#stop()
+    return this.#stopped
+  }
+
+  async #stop() {
     process.off('SIGINT', this.#onSignal)
     process.off('SIGTERM', this.#onSignal)
     const worker = this.#worker
     this.#worker = undefined
-    if (worker && !(await worker.stop())) this.exitCode = 1
+    if (!worker || (await worker.stop())) return
+    this.exitCode = 1
+    if (this.kernel.getMainCommand() !== this) return
+    process.exitCode = 1
+    setTimeout(() => process.exit(1), EXIT_GRACE_MS).unref()
   }
 }

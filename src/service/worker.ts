@@ -1,5 +1,6 @@
 import type { Logger } from '@adonisjs/core/logger'
 import { withDeadline } from '../database/deadline.ts'
+import { Heartbeats, WORKER_BEAT_EVERY_MS } from './heartbeats.ts'
 import type { PayoutsService } from './payouts_service.ts'
 
 /** What the worker drives: the service of the app it runs in. */
@@ -30,10 +31,12 @@ export interface PayoutsWorkerOptions {
 export class PayoutsWorker {
   #options: PayoutsWorkerOptions
   #stopping = false
+  #stopped?: Promise<boolean>
   #loop?: Promise<void>
   #wake?: () => void
   /** Set when something was stored while the loop was busy: the next pause is skipped. */
   #woken = false
+  #heartbeats?: Heartbeats
 
   constructor(options: PayoutsWorkerOptions) {
     this.#options = options
@@ -43,7 +46,8 @@ export class PayoutsWorker {
   async start() {
     const { service, logger } = this.#options
     const { config } = service
-    const { processor, ledger } = await service.parts()
+    const { processor, ledger, db } = await service.parts()
+    this.#heartbeats = new Heartbeats({ db, config, logger })
     if (config.jobs.enabled) await service.startJobs()
     // A stream message wakes the loop, which processes it in its next batch.
     if (config.events.sources !== 'webhooks') {
@@ -70,6 +74,8 @@ export class PayoutsWorker {
       } catch (error) {
         logger.error({ err: error }, 'payouts worker batch failed')
       }
+      // Health tells a dead worker by this beat (bounded, never throws).
+      await this.#heartbeats?.beat('worker', { atMostEveryMs: WORKER_BEAT_EVERY_MS })
       if (processed > 0 || renotified > 0) {
         logger.info({ processed, renotified }, 'payouts worker batch')
       }
@@ -108,8 +114,14 @@ export class PayoutsWorker {
    * Finishes the batch in hand, then stops the jobs (their locks released with their
    * store), closes the stream and the client. Resolves false when that took longer than
    * the stop bound (what was left is rolled back by the database, and done again later).
+   * Called again, answers the first call's outcome.
    */
-  async stop(): Promise<boolean> {
+  stop(): Promise<boolean> {
+    this.#stopped ??= this.#stop()
+    return this.#stopped
+  }
+
+  async #stop(): Promise<boolean> {
     const { service, logger } = this.#options
     this.#stopping = true
     this.#wakeUp()

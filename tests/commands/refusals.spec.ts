@@ -3,8 +3,12 @@ import { test } from '@japa/runner'
 import { request } from 'undici'
 import PayoutsCoverage from '../../commands/payouts_coverage.ts'
 import PayoutsDeliveries from '../../commands/payouts_deliveries.ts'
+import PayoutsIntents from '../../commands/payouts_intents.ts'
+import PayoutsPrune from '../../commands/payouts_prune.ts'
 import PayoutsReplay from '../../commands/payouts_replay.ts'
 import PayoutsWebhooksCreate from '../../commands/payouts_webhooks_create.ts'
+import PayoutsWork from '../../commands/payouts_work.ts'
+import { dbDate } from '../../src/database/dates.ts'
 import { signPayload } from '../../src/signature/main.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { jsonOf, setup } from './helpers.ts'
@@ -121,5 +125,121 @@ test.group(`Commands refuse bad input (${TEST_DB})`, () => {
     const limit = await run(PayoutsDeliveries, ['--limit=0'])
     limit.assertFailed()
     limit.assertLogMatches(/--limit must be a positive whole number/)
+  })
+})
+
+/** The lines a command logged, without the raw-mode logger's `[ red(error) ] ` tag. */
+function logsOf(command: any): string[] {
+  return command.logger
+    .getLogs()
+    .map((log: { message: string }) => log.message.replace(/^\[ \w+\(\w+\) \] /, ''))
+}
+
+/** The command failed with exactly one line, matching `reason` (the log is emptied after). */
+function assertRefused(assert: any, command: any, reason: RegExp) {
+  command.assertFailed()
+  const logs = logsOf(command)
+  assert.lengthOf(logs, 1, `one line, got ${JSON.stringify(logs)}`)
+  assert.match(logs[0], reason)
+  assert.notInclude(logs[0], '\n')
+  command.logger.flushLogs()
+}
+
+test.group(`Commands refuse what they do not understand (${TEST_DB})`, () => {
+  test('payouts:prune reads --dry-run=1/yes/true as a dry run, =0/no/false as none, and refuses any other value or a forgotten dash', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { app, run } = await setup(cleanup)
+    await storeDelivery(app, 'dlv_old')
+    const db = await app.app.container.make('lucid.db')
+    const deliveries = `${app.prefix}webhook_deliveries`
+    const longAgo = dbDate(db.connection(), new Date(Date.now() - 400 * 24 * 3600 * 1000))
+    await db.from(deliveries).update({ processed_at: longAgo })
+    const stored = async () => Number((await db.from(deliveries).count('* as n'))[0].n)
+
+    for (const value of ['1', 'yes', 'true', 'YES']) {
+      const dry = await run(PayoutsPrune, [`--dry-run=${value}`])
+      dry.assertSucceeded()
+      dry.assertLogMatches(/Would remove 1 processed deliveries/)
+      dry.logger.flushLogs()
+      assert.equal(await stored(), 1, `--dry-run=${value} removed nothing`)
+    }
+    for (const args of [['--dry-run=maybe'], ['--dry-run=2'], ['--dead-letters=oui']]) {
+      const flag = args[0].slice(2, args[0].indexOf('='))
+      assertRefused(assert, await run(PayoutsPrune, args), new RegExp(`^--${flag} takes no value`))
+      assert.equal(await stored(), 1, `${args[0]} removed nothing`)
+    }
+    for (const args of [
+      ['dry-run'],
+      ['dry-run', '--json'],
+      ['--dry-run', 'now'],
+      ['--json', 'dry-run'],
+    ]) {
+      const refused = await run(PayoutsPrune, args)
+      refused.assertFailed()
+      refused.assertLogMatches(
+        /(Unknown argument \\?"dry-run|--(dry-run|json) takes no value).*Nothing done/
+      )
+      refused.logger.flushLogs()
+      assert.equal(await stored(), 1, `${args.join(' ')} removed nothing`)
+    }
+    for (const value of ['0', 'no', 'false']) {
+      const none = await run(PayoutsPrune, [`--dry-run=${value}`, '--json'])
+      none.assertSucceeded()
+      assert.deepInclude(jsonOf(none), { dryRun: false })
+    }
+    assert.equal(await stored(), 0, 'an explicit --dry-run=0 prunes')
+  })
+
+  test('payouts:work refuses a poll interval or a stop bound setTimeout cannot keep, and arguments it does not take', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { run } = await setup(cleanup)
+    for (const flag of ['poll-interval-ms', 'stop-timeout-ms']) {
+      for (const value of ['0', '-5', '-1', '2147483648', '1.5']) {
+        const refused = await run(PayoutsWork, [`--${flag}=${value}`])
+        cleanup(() => refused.stop())
+        assertRefused(
+          assert,
+          refused,
+          new RegExp(`^--${flag} must be a whole number from 1 to 2147483647, not "${value}"`)
+        )
+      }
+    }
+    const extra = await run(PayoutsWork, ['now'])
+    cleanup(() => extra.stop())
+    assertRefused(assert, extra, /^Unknown argument "now"/)
+  })
+
+  test("payouts:intents refuses an id beyond the ledger's range before any SQL; a database error is told without SQL", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { app, run } = await setup(cleanup)
+    ;(await app.app.container.make('ace')).ui.logger.flushLogs()
+    const statements: string[] = []
+    const db = await app.app.container.make('lucid.db')
+    db.connection()
+      .getWriteClient()
+      .on('query', (query: { sql: string }) => void statements.push(query.sql))
+    for (const args of [
+      ['--retry', '99999999999999999999'],
+      ['--resolve=2147483648', '--as=sent'],
+    ]) {
+      const refused = await run(PayoutsIntents, args)
+      assertRefused(assert, refused, /^--(retry|resolve) takes an intent id \(a number from 1 to/)
+    }
+    assert.deepEqual(statements, [], 'no statement was sent')
+
+    // A real database error, reported by a command: its message, never the statement.
+    app.payouts.prune = (async () => db.from(`${app.prefix}no_such_table`).select('id')) as any
+    const failed = await run(PayoutsPrune, [])
+    assertRefused(assert, failed, /^Pruning failed: the database refused the request: /)
+    assert.notMatch(logsOf(failed)[0], /select|no_such_table"? *$|from/i)
+    const json = await run(PayoutsPrune, ['--json'])
+    json.assertFailed()
+    assert.notMatch(jsonOf(json).error.message, /select .* from/i)
   })
 })

@@ -102,8 +102,7 @@ export async function serveHostApp(
 ): Promise<HostAppServer> {
   const app = await bootHostApp(options)
   const db = options.tablePrefix === undefined ? undefined : await app.container.make('lucid.db')
-  if (db)
-    await createAllPayoutsTables(db.connection().schema, options.tablePrefix)
+  if (db) await createAllPayoutsTables(db.connection().schema, options.tablePrefix)
   const payouts = await app.container.make('payouts.manager')
   const router = await app.container.make('router')
   router.use([() => import('@adonisjs/core/bodyparser_middleware')])
