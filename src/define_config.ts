@@ -2,6 +2,7 @@ import { inspect } from 'node:util'
 import { z } from 'zod'
 import { API_KEY_PATTERN } from './schemas/common.ts'
 import { E_INVALID_PAYOUTS_CONFIG } from './errors.ts'
+import { redactCredentials } from './client/redact.ts'
 import { DEFAULT_TABLE_PREFIX, DEFAULT_WEBHOOK_PATH } from './constants.ts'
 
 const retrySchema = z
@@ -93,6 +94,11 @@ export const payoutsConfigSchema = z.object({
        * `node ace payouts:work` does the rest.
        */
       processing: z.enum(['inline', 'worker']).default('inline'),
+      /**
+       * When a batch goes row by row, how long its claimed rows are held: a process killed
+       * meanwhile leaves them to another one after this long. Renewed while the batch runs.
+       */
+      processingLeaseMs: z.number().int().min(1000).max(3_600_000).default(15_000),
     })
     .refine((webhook) => !webhook.previousSecret || webhook.previousSecretValidUntil, {
       path: ['previousSecretValidUntil'],
@@ -113,6 +119,12 @@ export const payoutsConfigSchema = z.object({
        * would otherwise hold inbox processing behind it).
        */
       listenerTimeoutMs: z.number().int().positive().default(10_000),
+      /**
+       * How long a change's notification is held by the process that fires it: renewed every
+       * third of it while its listeners run; a process that died leaves its changes to
+       * another one after this long (they fire again, under the same eventKey).
+       */
+      notifyLeaseMs: z.number().int().min(1000).max(3_600_000).default(30_000),
     })
     .prefault({}),
   reconcile: z
@@ -233,6 +245,17 @@ export const payoutsConfigSchema = z.object({
       stuckPayouts: threshold({ warning: 1 }),
       /** Ms since the inbox last stored an event (never reported before the first one). */
       sinceLastEventMs: threshold({}),
+      /**
+       * The worker (in `webhook.processing: 'worker'`) and the jobs (with `jobs.enabled`)
+       * that have not run for 3 of their intervals: the number of them.
+       */
+      heartbeats: threshold({ warning: 1 }),
+      /**
+       * The whole report answers within this: a database or a service that does not is an
+       * error line naming it, and the host's health route answers 503 instead of hanging.
+       * Every statement of the report (and each heartbeat write) is bounded by it too.
+       */
+      timeoutMs: z.number().int().positive().max(60_000).default(3000),
       /** The cheap read that tells whether the service answers with this key. */
       reachability: z
         .object({
@@ -264,18 +287,14 @@ export function defineConfig(config: PayoutsConfigInput): PayoutsConfig {
 
 const REDACTED = '[redacted]'
 
-/** A `redis://user:password@host` URL with its password hidden. */
-function withoutPassword(url: string | undefined) {
-  if (!url || !URL.canParse(url)) return url
-  const parsed = new URL(url)
-  if (parsed.password) parsed.password = REDACTED
-  return parsed.toString()
-}
+/** A `redis://user:password@host` URL with its credentials hidden. */
+const withoutPassword = redactCredentials
 
 /**
  * Makes the config safe to print: `console.log(config)`, `JSON.stringify(config)` and an
  * assertion's diff of it (or of its `webhook` and `jobs` parts) show `[redacted]` for the
- * API key, the webhook secrets and a Redis password. The values themselves are untouched.
+ * API key, the webhook secrets and the credentials of any URL (`baseUrl`, `events.websocketUrl`,
+ * `jobs.redis`). The values themselves are untouched.
  */
 function redactWhenShown(config: PayoutsConfig): PayoutsConfig {
   const shown = {
@@ -288,6 +307,8 @@ function redactWhenShown(config: PayoutsConfig): PayoutsConfig {
     root: () => ({
       ...config,
       apiKey: config.apiKey && REDACTED,
+      baseUrl: redactCredentials(config.baseUrl),
+      events: { ...config.events, websocketUrl: redactCredentials(config.events.websocketUrl) },
       webhook: shown.webhook(),
       jobs: shown.jobs(),
     }),
