@@ -68,7 +68,9 @@ const folderUrl = (path: string) => pathToFileURL(`${path}/`)
 async function migrationsOf(root: URL) {
   const files = await readdir(new URL('database/migrations/', root))
   return files
-    .filter((file) => /_(create_payouts_tables|add_payouts_indexes)\.ts$/.test(file))
+    .filter((file) =>
+      /_(create_payouts_tables|add_payouts_indexes|add_payouts_leases)\.ts$/.test(file)
+    )
     .sort()
 }
 
@@ -328,7 +330,7 @@ test.group('Configure', (group) => {
     )
     const demoMigrations = await migrationsOf(DEMO)
     const migrations = await migrationsOf(folderUrl(fs.basePath))
-    assert.lengthOf(demoMigrations, 2)
+    assert.lengthOf(demoMigrations, 3)
     for (const [index, demoMigration] of demoMigrations.entries()) {
       assert.equal(
         await demoFile(`database/migrations/${demoMigration}`),
