@@ -21,6 +21,7 @@ import {
 } from '../client/payouts_client.ts'
 import { executeDataSchemaByFlow, type ExecuteResult } from '../schemas/resources.ts'
 import { dbDate } from '../database/dates.ts'
+import { affectedRows } from '../database/dialects.ts'
 import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
 import PayoutModel from '../models/payout.ts'
 import type Payout from '../models/payout.ts'
@@ -68,6 +69,24 @@ export interface PayoutExecutorOptions {
 
 const JSON_SAFE = (_key: string, value: unknown) =>
   typeof value === 'bigint' ? value.toString() : value
+
+/**
+ * Whether an intent's request may have reached the service: unknown, pending after an
+ * attempt, or failed or refused after more than one attempt (an earlier one's outcome was
+ * unknown, and a later definitive refusal, a 401 after a key rotation say, does not undo it),
+ * unless an operator checked at the service and settled it as not sent. A pending intent with
+ * no attempt never left, and one failed or refused at its only attempt made no payout: sent
+ * again under the same key, it can only ever make the one payout that does not exist yet.
+ */
+export function mayHaveLeft(intent: ExecutionIntent): boolean {
+  if (intent.state === 'unknown') return true
+  if (intent.state === 'pending') return intent.attempts > 0
+  if (intent.state === 'failed' || intent.state === 'refused') {
+    const resolution = (intent.error as { resolution?: { as?: string } } | null)?.resolution
+    return intent.attempts > 1 && resolution?.as !== 'not-sent'
+  }
+  return false
+}
 
 /**
  * Whether a write that failed may still have committed: one given up at its deadline (ours
@@ -236,17 +255,15 @@ export class PayoutExecutor {
         .firstOrFail()
       return { result, payout, intent }
     }
-    if (intent.state === 'needs_attention') {
+    // Succeeded without a stored answer (an operator settled it as sent): the payout exists
+    // at the service, so a succeeded intent is never sent again.
+    if (intent.state === 'needs_attention' || intent.state === 'succeeded') {
       throw new E_PAYOUTS_INTENT_NEEDS_ATTENTION([intent.idempotencyKey])
     }
-    // A request that may have reached the service (unknown, or pending after an attempt)
-    // is re-sent only while the service remembers its key, as recovery and --retry do: past
-    // the window the service would make a second payout. A pending intent with no attempt
-    // never left, and refused or failed ones made no payout: sent again, the same key can
-    // only ever make the one payout that does not exist yet.
-    const mayHaveLeft =
-      intent.state === 'unknown' || (intent.state === 'pending' && intent.attempts > 0)
-    if (mayHaveLeft && !this.insideWindow(intent)) {
+    // A request that may have reached the service is re-sent only while the service
+    // remembers its key, as recovery and --retry do: past the window the service would make
+    // a second payout.
+    if (mayHaveLeft(intent) && !this.insideWindow(intent)) {
       intent.state = 'needs_attention'
       await this.#save(intent, 'execute intent flag').catch(() => {})
       throw new E_PAYOUTS_INTENT_NEEDS_ATTENTION([intent.idempotencyKey])
@@ -268,7 +285,7 @@ export class PayoutExecutor {
   async #attempt(intent: ExecutionIntent): Promise<ExecutedPayout> {
     // A pending intent with attempts was left by a crash that may have come after sending.
     const sentBefore = intent.attempts > 0
-    const mayHaveLeft = sentBefore && (intent.state === 'pending' || intent.state === 'unknown')
+    const leftBefore = mayHaveLeft(intent)
     intent.attempts += 1
     intent.lastAttemptAt = this.#options.now()
     try {
@@ -279,7 +296,7 @@ export class PayoutExecutor {
       // attempt that recovery sends under its key, and a caller who called again under
       // another key would pay twice. Only a write that surely failed tells it to call again.
       throw new E_PAYOUTS_EXECUTE_NOT_STORED('its attempt', {
-        outcomeUnknown: mayHaveLeft || mayHaveCommitted(error),
+        outcomeUnknown: leftBefore || mayHaveCommitted(error),
         intentId: intent.id,
         cause: error,
       })
@@ -401,17 +418,17 @@ export class PayoutExecutor {
       if (intent.state === 'pending' && intent.attempts === 0) {
         // Never left: its caller was told nothing was sent (its attempt was not stored, see
         // E_PAYOUTS_EXECUTE_NOT_STORED) and may have called again, or died before sending.
-        // Sending it now could pay twice; refused, it shows in payouts:intents.
-        intent.state = 'refused'
-        intent.error = { message: 'never sent: its attempt was not stored' }
-        await this.#save(intent, 'recovery refusal')
-        summary.failed++
+        // Sending it now could pay twice; refused, it shows in payouts:intents. Only one
+        // left well past any live caller's bound, and only if it is still as read (a live
+        // caller's attempt since then wins).
+        const settled = Math.max(60_000, 2 * this.#options.transactionTimeoutMs)
+        if (now.diff(intent.updatedAt).toMillis() < settled) continue
+        const error = { message: 'never sent: its attempt was not stored' }
+        if (await this.#transition(intent, { state: 'refused', error })) summary.failed++
         continue
       }
       if (!this.insideWindow(intent, now)) {
-        intent.state = 'needs_attention'
-        await this.#save(intent, 'recovery flag')
-        summary.flagged++
+        if (await this.#transition(intent, { state: 'needs_attention' })) summary.flagged++
         continue
       }
       summary.resent++
@@ -425,6 +442,34 @@ export class PayoutExecutor {
       }
     }
     return summary
+  }
+
+  /**
+   * Moves an intent to a new state only if it is still in the state and at the attempt it
+   * was read with (a conditional UPDATE, bounded): a caller that moved it meanwhile wins.
+   */
+  async #transition(
+    intent: ExecutionIntent,
+    to: { state: IntentState; error?: Record<string, unknown> }
+  ): Promise<boolean> {
+    const changed = await this.#write(`intent ${to.state}`, async (trx) =>
+      affectedRows(
+        await trx
+          .from(ExecutionIntent.table)
+          .where('id', intent.id)
+          .where('state', intent.state)
+          .where('attempts', intent.attempts)
+          .update({
+            state: to.state,
+            ...(to.error && { error: JSON.stringify(to.error) }),
+            updated_at: dbDate(trx, this.#options.now()),
+          })
+      )
+    )
+    if (changed !== 1) return false
+    intent.state = to.state
+    if (to.error) intent.error = to.error
+    return true
   }
 
   /** Whether the service still remembers the intent's key (with the safety margin). */

@@ -20,15 +20,22 @@ export const FINISHED_INTENT_STATES = ['succeeded', 'failed', 'refused'] as cons
  * Finished intents that may go. A succeeded intent under the app's key (or a key of unknown
  * origin, from before `key_origin`) stays as long as the payout it made: it is what makes
  * the same key answer that payout instead of sending a second one. Failed and refused
- * intents made no payout; `PayoutExecutor`'s `#repeat` sends them again under the same key
- * anyway, so one pruned and made again by the same key can only make the one payout that
- * never existed. A succeeded intent under a key of the plugin's is never asked for again.
+ * intents at their only attempt made no payout; `PayoutExecutor`'s `#repeat` sends them again
+ * under the same key anyway, so one pruned and made again by the same key can only make the
+ * one payout that never existed. Failed after more than one attempt, an earlier one may have
+ * made it (see `mayHaveLeft`): kept, like a succeeded one.
  */
 function removableIntents(query: any) {
   return query.where((removable: any) =>
     removable
-      .whereIn('state', ['failed', 'refused'])
-      .orWhere((ours: any) => ours.where('state', 'succeeded').where('key_origin', 'plugin'))
+      // At their only attempt: no earlier request of theirs can have made a payout.
+      .where((final: any) =>
+        final.whereIn('state', ['failed', 'refused']).where('attempts', '<=', 1)
+      )
+      // A key of the plugin's is never asked for again.
+      .orWhere((ours: any) =>
+        ours.whereIn('state', FINISHED_INTENT_STATES).where('key_origin', 'plugin')
+      )
   )
 }
 

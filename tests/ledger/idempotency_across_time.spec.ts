@@ -105,6 +105,78 @@ test.group(`Ledger | an app's idempotency key across days (${TEST_DB})`, () => {
     assert.lengthOf(emu.admin.payouts(), 1)
   })
 
+  test('an intent an operator settled as sent is never sent again under its key', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, emu, executor, body } = await acrossTime(cleanup, {
+      timeoutMs: 100,
+      retry: { maxRetries: 0 },
+    })
+    emu.admin.setFaults({ processingDelayMs: 300 })
+    await assert.rejects(() => executor.execute(body, { idempotencyKey: 'payout-order-45' }))
+    await new Promise((resolve) => setTimeout(resolve, 400))
+    emu.admin.setFaults({})
+    await emu.clock.advance(30 * HOUR)
+    await assert.rejects(() => executor.execute(body, { idempotencyKey: 'payout-order-45' }))
+    const intent = await ExecutionIntent.firstOrFail()
+    assert.equal(intent.state, 'needs_attention')
+    // The operator checks at the service, finds the payout and settles the intent as sent.
+    await new IntentsDesk(executor).resolve(intent.id, 'sent')
+    const error = await executor.execute(body, { idempotencyKey: 'payout-order-45' }).then(
+      () => null,
+      (e) => e
+    )
+    assert.instanceOf(error, E_PAYOUTS_INTENT_NEEDS_ATTENTION)
+    assert.lengthOf(emu.admin.payouts(), 1, 'no second payout after the settlement')
+    void db
+  })
+
+  test('failed after a lost answer: past the window it is flagged, not sent, and not pruned', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, executor, pruner, body } = await acrossTime(cleanup, {
+      timeoutMs: 100,
+      retry: { maxRetries: 0 },
+    })
+    emu.admin.setFaults({ processingDelayMs: 300 })
+    await assert.rejects(() => executor.execute(body, { idempotencyKey: 'payout-order-46' }))
+    await new Promise((resolve) => setTimeout(resolve, 400))
+    emu.admin.setFaults({})
+    // A second attempt refused definitively (as a 401 after a key rotation would be): failed,
+    // though the first attempt made the payout.
+    const intent = await ExecutionIntent.firstOrFail()
+    intent.merge({ state: 'failed', attempts: 2 })
+    await intent.save()
+    await emu.clock.advance(49 * HOUR)
+    assert.equal((await pruner.prune()).finishedIntents, 0, 'kept: its key may hold a payout')
+    const error = await executor.execute(body, { idempotencyKey: 'payout-order-46' }).then(
+      () => null,
+      (e) => e
+    )
+    assert.instanceOf(error, E_PAYOUTS_INTENT_NEEDS_ATTENTION)
+    assert.lengthOf(emu.admin.payouts(), 1)
+  })
+
+  test('recovery refuses a never-sent intent only if it is still as read and well settled', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, executor, body } = await acrossTime(cleanup)
+    const { intent } = await executor.execute(body, { idempotencyKey: 'payout-order-47' })
+    // As a live caller leaves it for a moment: pending, no attempt yet.
+    intent.merge({ state: 'pending', attempts: 0 })
+    await intent.save()
+    // Fresh: a live caller may be about to send it; recovery leaves it alone.
+    assert.deepInclude(await executor.recover({ olderThanMs: 0 }), { failed: 0, resent: 0 })
+    assert.equal((await intent.refresh()).state, 'pending')
+    await emu.clock.advance(5 * 60_000)
+    assert.deepInclude(await executor.recover({ olderThanMs: 0 }), { failed: 1, resent: 0 })
+    assert.equal((await intent.refresh()).state, 'refused')
+    assert.lengthOf(emu.admin.payouts(), 1)
+  })
+
   test('inside the window the same key after a lost answer is the one payout, answered', async ({
     assert,
     cleanup,
