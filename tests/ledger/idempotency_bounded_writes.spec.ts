@@ -1,3 +1,4 @@
+import { DateTime } from 'luxon'
 import { test } from '@japa/runner'
 import type { PayoutsClient } from '../../src/client/main.ts'
 import { E_PAYOUTS_EXECUTE_NOT_STORED } from '../../src/errors.ts'
@@ -48,7 +49,16 @@ async function executorBehindProxy(
     client: sending,
     transactionTimeoutMs: BOUND_MS,
   })
-  return { db, proxy, emu, executor, body: executeBodies(emu).fiat }
+  /** Recovery as it runs five minutes later, past any live caller's bound. */
+  const recoverLater = () =>
+    new PayoutExecutor({
+      db,
+      ledger: new PayoutLedger(db, {}, undefined, BOUND_MS),
+      client: sending,
+      transactionTimeoutMs: BOUND_MS,
+      now: () => DateTime.now().plus({ minutes: 5 }),
+    }).recover({ olderThanMs: 0 })
+  return { db, proxy, emu, executor, recoverLater, body: executeBodies(emu).fiat }
 }
 
 /** The call's error and how long it took to come. */
@@ -86,7 +96,7 @@ test.group(`Ledger | execute's own writes under a database stall (${TEST_DB})`, 
     assert,
     cleanup,
   }) => {
-    const { db, proxy, emu, executor, body } = await executorBehindProxy(cleanup)
+    const { db, proxy, emu, executor, recoverLater, body } = await executorBehindProxy(cleanup)
     // The moment the attempt is written (an UPDATE of the intents table), the flow stalls.
     db.connection()
       .getWriteClient()
@@ -108,7 +118,7 @@ test.group(`Ledger | execute's own writes under a database stall (${TEST_DB})`, 
     const intent = await ExecutionIntent.findOrFail(error.intentId)
     assert.deepInclude(intent.toJSON(), { state: 'pending', attempts: 0 })
     // This save did not commit: the intent never left, and recovery settles it as refused.
-    await executor.recover({ olderThanMs: 0 })
+    await recoverLater()
     assert.equal((await intent.refresh()).state, 'refused')
     assert.lengthOf(emu.admin.payouts(), 0)
   })
