@@ -1,5 +1,5 @@
-import { BaseCommand } from '@adonisjs/core/ace'
 import type { CommandOptions } from '@adonisjs/core/types/ace'
+import { SwitchesCommand, unreadInput } from '../src/commands/payouts_command.ts'
 import {
   EMULATOR_FLAGS,
   EmulatorFlagError,
@@ -11,9 +11,10 @@ import type { PayoutsEmulator } from '../src/emulator/emulator.ts'
 
 /**
  * Runs the local emulator of the Payout Service until SIGINT or SIGTERM; its flags and banner
- * are those of `svc-payouts-emulator` (src/emulator/cli_options.ts).
+ * are those of `svc-payouts-emulator` (src/emulator/cli_options.ts). A bad value (a switch's
+ * too: `--strict-webhooks=maybe`) or a stray argument exits 2 and starts nothing, as there.
  */
-export default class PayoutsEmulatorCommand extends BaseCommand {
+export default class PayoutsEmulatorCommand extends SwitchesCommand {
   static commandName = 'payouts:emulator'
   static description = 'Start a local emulator of the Payout Service (sandbox, in memory)'
   static options: CommandOptions = { startApp: false, staysAlive: true }
@@ -34,6 +35,8 @@ export default class PayoutsEmulatorCommand extends BaseCommand {
   async run() {
     let values
     try {
+      const unread = unreadInput(this)
+      if (unread !== undefined) throw new EmulatorFlagError(unread)
       values = resolveEmulatorFlags(this.parsed.flags)
     } catch (error) {
       if (!(error instanceof EmulatorFlagError)) throw error

@@ -1,10 +1,9 @@
-import { BaseCommand, flags } from '@adonisjs/core/ace'
-import type { CommandOptions, FlagsParserOptions } from '@adonisjs/core/types/ace'
+import { flags } from '@adonisjs/core/ace'
+import type { CommandOptions } from '@adonisjs/core/types/ace'
 import {
   MAX_INT32,
   outOfRange,
-  type ParserOptions,
-  readBooleansAsText,
+  SwitchesCommand,
   unreadInput,
 } from '../src/commands/payouts_command.ts'
 import type { PayoutsWorker } from '../src/service/worker.ts'
@@ -18,15 +17,11 @@ const EXIT_GRACE_MS = 1000
  * The stop runs in the app's terminating phase, before the providers close Lucid: a stock
  * `bin/console.ts` terminates the app on SIGTERM while the batch in hand is still committing.
  */
-export default class PayoutsWork extends BaseCommand {
+export default class PayoutsWork extends SwitchesCommand {
   static commandName = 'payouts:work'
   static description =
     'Process stored deliveries, run the jobs and the stream, until SIGTERM or SIGINT'
   static options: CommandOptions = { startApp: true, staysAlive: true }
-
-  static getParserOptions(options?: FlagsParserOptions): ParserOptions {
-    return readBooleansAsText(this, super.getParserOptions(options))
-  }
 
   @flags.number({ description: 'Milliseconds between reads of an empty inbox' })
   declare pollIntervalMs?: number

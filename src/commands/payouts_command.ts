@@ -6,16 +6,29 @@ import type { PayoutsService } from '../service/payouts_service.ts'
 import { redactCredentials } from '../client/redact.ts'
 
 /**
+ * A command whose switches (boolean flags) read as meant: `--force wh_1` is the switch on and
+ * the argument `wh_1`; `--dry-run=1`, `=yes`, `=true` are true, `=0`, `=no`, `=false` false, and
+ * any other value is kept as an `UnreadValue`, for `unreadInput` to refuse.
+ */
+export abstract class SwitchesCommand extends BaseCommand {
+  static getParserOptions(options?: FlagsParserOptions): ParserOptions {
+    return switchesAsLists(this, super.getParserOptions(options))
+  }
+
+  /** Makes each switch one value (`readSwitches`), then sets the flags and arguments. */
+  hydrate() {
+    if (!this.hydrated) readSwitches(this.constructor as typeof BaseCommand, this.parsed.flags)
+    super.hydrate()
+  }
+}
+
+/**
  * What every `payouts:*` command that calls the service shares: the app started, `--json`,
  * the result printed as JSON or for a human, and any error reported in the command's own
  * words with exit code 1, so no script ever reads a failure as success.
  */
-export abstract class PayoutsCommand<Result> extends BaseCommand {
+export abstract class PayoutsCommand<Result> extends SwitchesCommand {
   static options: CommandOptions = { startApp: true }
-
-  static getParserOptions(options?: FlagsParserOptions): ParserOptions {
-    return readBooleansAsText(this, super.getParserOptions(options))
-  }
 
   @flags.boolean({ description: 'Print JSON for scripts' })
   declare json: boolean
@@ -135,57 +148,105 @@ export type ParserOptions = ReturnType<typeof BaseCommand.getParserOptions>
 /** The largest delay `setTimeout` honours, and the largest id of a ledger table: 2^31 - 1. */
 export const MAX_INT32 = 2 ** 31 - 1
 
-/** A boolean flag's value that reads as neither true nor false (`--dry-run=maybe`). */
+/** A switch's value that reads as neither true nor false (`--dry-run=maybe`): why, in words. */
 class UnreadValue {
-  constructor(readonly raw: string) {}
+  constructor(readonly reason: string) {}
 }
 
 const TRUE_WORDS = new Set(['', 'true', '1', 'yes'])
 const FALSE_WORDS = new Set(['false', '0', 'no'])
 
-/** A boolean flag's value as given: true, false, or an `UnreadValue` to refuse. */
-function readBoolean(value: unknown): boolean | UnreadValue {
-  if (typeof value === 'boolean') return value
-  const text = Array.isArray(value) ? value.join(' ') : String(value)
-  if (!Array.isArray(value) && TRUE_WORDS.has(text.toLowerCase())) return true
-  if (!Array.isArray(value) && FALSE_WORDS.has(text.toLowerCase())) return false
-  return new UnreadValue(text)
+/** The names of a command's switches, as typed (`dry-run`). */
+function switchNames(Command: Pick<typeof BaseCommand, 'flags'>): string[] {
+  return Command.flags.filter((flag) => flag.type === 'boolean').map((flag) => flag.flagName)
 }
 
 /**
- * A command's parser options with its boolean flags read as text, then understood: yargs reads
- * `--dry-run=1` or `--dry-run=yes` as false, and the value is lost before the command sees it.
- * Here `--flag`, `=true`, `=1` and `=yes` are true, `=false`, `=0`, `=no` and `--no-flag` false,
- * anything else is refused by `unreadInput`. Arguments belong before the flags (`--force x` is
- * read as a value of `--force`, and refused).
+ * A command's parser options with each switch given to yargs as the list of texts after its
+ * `=`, a list that takes no word after the switch: yargs reads a boolean's `=1` or `=yes` as
+ * false and the text is lost, and a text flag would take the next word (`--force wh_1`). A
+ * negative `narg` stops the list before any word (`greedy-arrays` is off, so `--force=1` keeps
+ * its one text): `--force` is `[]`, `--force=1` `['1']`, `--no-force` `[false]`, and
+ * `--no-force=1` a list of its own (yargs-parser's `eatArray`; tests/commands/refusals.spec.ts
+ * holds it to that). A default stays out of yargs, which would put it in the list of a bare
+ * `--force`; `readSwitches` applies it.
  */
-export function readBooleansAsText(
+export function switchesAsLists(
   Command: Pick<typeof BaseCommand, 'flags'>,
   parserOptions: ParserOptions
 ): ParserOptions {
-  const { flagsParserOptions } = parserOptions
-  for (const flag of Command.flags) {
-    if (flag.type !== 'boolean') continue
-    flagsParserOptions.boolean = [flagsParserOptions.boolean]
-      .flat()
-      .filter((name) => name !== flag.flagName)
-    flagsParserOptions.string.push(flag.flagName)
-    flagsParserOptions.coerce[flag.flagName] = readBoolean
+  const options = parserOptions.flagsParserOptions as Required<FlagsParserOptions> & {
+    narg?: Record<string, number>
+  }
+  const switches = switchNames(Command)
+  options.boolean = [options.boolean].flat().filter((name) => !switches.includes(name))
+  options.narg = { ...options.narg }
+  for (const name of switches) {
+    delete options.default[name]
+    options.all.push(`no-${name}`)
+    for (const key of [name, `no-${name}`]) {
+      options.array.push(key)
+      options.string.push(key)
+      options.narg[key] = -1
+    }
   }
   return parserOptions
 }
 
 /**
- * Why a command cannot act on its input as parsed, in one line: a boolean flag with a value
- * that is neither true nor false, or a positional argument the command does not take.
+ * Each switch's lists (`switchesAsLists`) made one value in `given` (the parsed flags): true,
+ * false, the flag's default when it is absent, or an `UnreadValue` for a value that is neither
+ * true nor false, or for a switch given both as true and as false.
+ */
+export function readSwitches(
+  Command: Pick<typeof BaseCommand, 'flags'>,
+  given: Record<string, unknown>
+) {
+  for (const flag of Command.flags) {
+    if (flag.type !== 'boolean') continue
+    const name = flag.flagName
+    const [on, off] = [given[name], given[`no-${name}`]]
+    delete given[`no-${name}`]
+    if (on === undefined && off === undefined) {
+      if (flag.default !== undefined) given[name] = flag.default
+      continue
+    }
+    const values = [
+      ...[on ?? []].flat().map((value) => readSwitch(`--${name}`, value)),
+      ...[off ?? []].flat().map((value) => negate(readSwitch(`--no-${name}`, value))),
+    ]
+    const unread = values.find((value) => value instanceof UnreadValue)
+    if (unread !== undefined) given[name] = unread
+    else if (values.length === 0) given[name] = true
+    else if (values.some((value) => value !== values[0])) {
+      given[name] = new UnreadValue(`--${name} is given both as true and as false`)
+    } else given[name] = values[0]
+  }
+}
+
+/** One value given to a switch (`false` from `--no-force`, or the text after `=`). */
+function readSwitch(written: string, value: unknown): boolean | UnreadValue {
+  if (typeof value === 'boolean') return value
+  const text = String(value).toLowerCase()
+  if (TRUE_WORDS.has(text)) return true
+  if (FALSE_WORDS.has(text)) return false
+  return new UnreadValue(`${written} takes no value, or true or false; not "${value}"`)
+}
+
+/** The opposite of a switch's value (`--no-force=yes` is false); an `UnreadValue` as it is. */
+function negate(value: boolean | UnreadValue) {
+  return typeof value === 'boolean' ? !value : value
+}
+
+/**
+ * Why a command cannot act on its input as parsed, in one line: a switch with a value that is
+ * neither true nor false (`readSwitches`), or a positional argument the command does not take.
  */
 export function unreadInput(command: BaseCommand): string | undefined {
   const Command = command.constructor as typeof BaseCommand
   for (const flag of Command.flags) {
     const value = (command as unknown as Record<string, unknown>)[flag.name]
-    if (value instanceof UnreadValue) {
-      return `--${flag.flagName} takes no value, or true or false; not "${value.raw}". Nothing done`
-    }
+    if (value instanceof UnreadValue) return `${value.reason}. Nothing done`
   }
   const extra = (command as unknown as { parsed: { _: unknown[] } }).parsed._
   if (extra.length > 0) {

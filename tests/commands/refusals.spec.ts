@@ -7,6 +7,8 @@ import PayoutsIntents from '../../commands/payouts_intents.ts'
 import PayoutsPrune from '../../commands/payouts_prune.ts'
 import PayoutsReplay from '../../commands/payouts_replay.ts'
 import PayoutsWebhooksCreate from '../../commands/payouts_webhooks_create.ts'
+import PayoutsWebhooksDelete from '../../commands/payouts_webhooks_delete.ts'
+import PayoutsWebhooksRotateSecret from '../../commands/payouts_webhooks_rotate_secret.ts'
 import PayoutsWork from '../../commands/payouts_work.ts'
 import { dbDate } from '../../src/database/dates.ts'
 import { signPayload } from '../../src/signature/main.ts'
@@ -178,9 +180,7 @@ test.group(`Commands refuse what they do not understand (${TEST_DB})`, () => {
     ]) {
       const refused = await run(PayoutsPrune, args)
       refused.assertFailed()
-      refused.assertLogMatches(
-        /(Unknown argument \\?"dry-run|--(dry-run|json) takes no value).*Nothing done/
-      )
+      refused.assertLogMatches(/Unknown argument \\?"(dry-run|now)\\?".*Nothing done/)
       refused.logger.flushLogs()
       assert.equal(await stored(), 1, `${args.join(' ')} removed nothing`)
     }
@@ -190,6 +190,48 @@ test.group(`Commands refuse what they do not understand (${TEST_DB})`, () => {
       assert.deepInclude(jsonOf(none), { dryRun: false })
     }
     assert.equal(await stored(), 0, 'an explicit --dry-run=0 prunes')
+  })
+
+  test('a switch before an argument takes no value from it: --force <id>, --json <id>; =1 and --no-force=no are read, =maybe refused', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { app, run, emu } = await setup(cleanup)
+    const ids: string[] = []
+    for (const name of ['a', 'b', 'c', 'd', 'e']) {
+      ids.push((await app.payouts.webhooks.create({ url: `https://hooks.example.com/${name}` })).id)
+    }
+    const [forced, json, one, noForceNo, kept] = ids
+
+    const deleted = await run(PayoutsWebhooksDelete, ['--force', forced])
+    deleted.assertSucceeded()
+    deleted.assertLogMatches(new RegExp(`Deleted ${forced} at the service`))
+    assert.isFalse(emu.webhooks.subscriptions.has(forced))
+
+    const asJson = await run(PayoutsWebhooksDelete, ['--json', '--force', json])
+    asJson.assertSucceeded()
+    assert.deepInclude(jsonOf(asJson), { id: json, deletedAtService: true })
+    const rotated = await run(PayoutsWebhooksRotateSecret, ['--json', kept])
+    rotated.assertSucceeded()
+    assert.equal(jsonOf(rotated).id, kept)
+
+    ;(await run(PayoutsWebhooksDelete, ['--force=1', one])).assertSucceeded()
+    ;(await run(PayoutsWebhooksDelete, ['--no-force=no', noForceNo])).assertSucceeded()
+    assert.isFalse(emu.webhooks.subscriptions.has(one))
+    assert.isFalse(emu.webhooks.subscriptions.has(noForceNo))
+
+    rotated.logger.flushLogs()
+    for (const args of [
+      ['--force=maybe', kept],
+      ['--no-force=maybe', kept],
+      ['--force=1', '--force=0', kept],
+    ]) {
+      const refused = await run(PayoutsWebhooksDelete, args)
+      assertRefused(assert, refused, /^--(no-)?force (takes no value|is given both).*Nothing done$/)
+    }
+    const stray = await run(PayoutsWebhooksDelete, ['--force', kept, 'true'])
+    assertRefused(assert, stray, /^Unknown argument "true"/)
+    assert.isTrue(emu.webhooks.subscriptions.has(kept), 'a refused delete deletes nothing')
   })
 
   test('payouts:work refuses a poll interval or a stop bound setTimeout cannot keep, and arguments it does not take', async ({

@@ -190,4 +190,42 @@ test.group('Emulator | Command line', () => {
     const cli = await bannerOf(['--port', '0', '--seed', '7'])
     assert.equal(withoutUrls(logs.trim()), withoutUrls(cli.trim()))
   }).timeout(30_000)
+
+  test('node ace payouts:emulator reads --strict-webhooks=1 as on, =0 as off, and refuses =maybe or a stray word', async ({
+    assert,
+    cleanup,
+  }) => {
+    const ace = await new AceFactory().make(new URL('../../', import.meta.url), {
+      importer: () => {},
+    })
+    ace.ui.switchMode('raw')
+    /** Runs the command; answers it and the lines it logged (the log is emptied after). */
+    const start = async (args: string[]) => {
+      const command = await ace.create(PayoutsEmulatorCommand, ['--port', '0', ...args])
+      await command.exec()
+      cleanup(() => command.stop())
+      const logs = command.logger.getLogs().map((log) => log.message)
+      command.logger.flushLogs()
+      return { command, logs }
+    }
+    for (const args of [['--strict-webhooks=1'], ['--strict-webhooks=yes', '--seed', '2']]) {
+      const strict = await start(args)
+      strict.command.assertSucceeded()
+      assert.notInclude(strict.logs.join('\n'), LOOPBACK_WEBHOOKS_NOTICE, args.join(' '))
+    }
+    const lenient = await start(['--strict-webhooks=0'])
+    lenient.command.assertSucceeded()
+    assert.include(lenient.logs.join('\n'), LOOPBACK_WEBHOOKS_NOTICE)
+
+    for (const [args, reason] of [
+      [['--strict-webhooks=maybe'], /--strict-webhooks takes no value.*"maybe"/],
+      [['--strict-webhooks', 'false'], /Unknown argument "false"/],
+    ] as const) {
+      const refused = await start([...args])
+      assert.equal(refused.command.exitCode, 2)
+      assert.lengthOf(refused.logs, 1, refused.logs.join('\n'))
+      assert.match(refused.logs[0], reason)
+      assert.notInclude(refused.logs[0], 'listening', 'nothing started')
+    }
+  }).timeout(30_000)
 })
