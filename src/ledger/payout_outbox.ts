@@ -60,21 +60,31 @@ const RENEW_CHUNK = 500
  * (`notify_owner`, `notify_until`) held by the applying process, renewed every third of
  * `lease.ms` while its hook runs, and ended when the change is marked notified, change by
  * change. Another process takes a change only once its lease expired (its process died, or
- * stalled past the lease), by a conditional UPDATE only one of them wins.
+ * stalled past the lease), by a conditional UPDATE only one of them wins. Before a change's
+ * hook runs, a lease with less than a third left is renewed by a conditional UPDATE too,
+ * and a change another process took meanwhile is left to it.
  */
 export class PayoutOutbox {
   /**
-   * Changes whose hook is running in this instance (renotify leaves them alone); their
-   * leases are renewed while they are here.
+   * Changes this instance notifies, with how many holders (a batch, a sweep, a mark to
+   * retry): its sweeps leave them alone while any holds them.
    */
-  #notifying = new Set<number>()
+  #notifying = new Map<number, number>()
+  /**
+   * The leases this instance still needs (held, neither marked nor given up), with their
+   * end as last written (null when not known): renewed every third of `lease.ms`.
+   */
+  #leased = new Map<number, DateTime | null>()
   /**
    * Changes whose hook ran in this process but whose mark the database lost (a stall, a
-   * dropped connection): renotify marks them without running the hook again.
+   * dropped connection): held, their lease renewed, their mark retried at each renewal
+   * until it lands. Only a successor of this process (it died first) fires them again.
    */
   #unmarked = new Set<number>()
   #sweep?: Promise<number>
   #renewal?: NodeJS.Timeout
+  /** A renewal under way: the next one waits for its turn rather than piling up. */
+  #renewing = false
   /** Changes whose hook ended, waiting for their mark; one statement marks those queued. */
   #toMark: number[] = []
   #marking?: Promise<void>
@@ -93,34 +103,58 @@ export class PayoutOutbox {
    * Runs the change hook of each change, in order, and marks each one notified as soon as
    * its hook has run (its lease ends there); for callers of `applyBatchInTransaction`, after
    * their COMMIT. The leases of the changes still waiting are renewed meanwhile. A hook that
-   * throws leaves its change, and the ones after it, to `renotify`. An outcome without a
+   * throws leaves its change, and the ones after it, to `renotify`. A change whose lease
+   * another process took (this one stalled past it: a long transaction, a pause) is left to
+   * it, and its payout's later changes let go, so they go out in order. An outcome without a
    * change may still announce an owner attached to its payout.
    */
   async notifyBatch({ outcomes, notifyUntil }: NotifiedOutcomes) {
     const ids = outcomes.flatMap(({ change }) => (change ? [change.eventId] : []))
-    this.#hold(ids)
-    // A long applying transaction may have used most of the lease it took: renewed now.
-    if (notifyUntil && notifyUntil.diffNow().toMillis() < (this.lease.ms * 2) / 3) {
-      await this.#renew(ids)
-    }
+    this.#hold(ids, notifyUntil ?? null)
     const left = new Set(ids)
+    const lost = new Set<string>()
     try {
       for (const { change, result } of outcomes) {
         if (!change) {
           await this.#announceOwner(result)
           continue
         }
+        if (lost.has(change.payout.payoutUuid)) continue
+        if (!(await this.#stillHeld(change.eventId, [...left]))) {
+          left.delete(change.eventId)
+          this.#leased.delete(change.eventId)
+          lost.add(change.payout.payoutUuid)
+          continue
+        }
         if (this.hooks.onChange) await this.hooks.onChange(change)
         left.delete(change.eventId)
-        // Not marked (database away): renotify marks them later. Only a successor of this
-        // process (it died before the mark) runs their hook again, with their eventId.
+        // Not marked (database away): kept leased, the mark retried at each renewal. Only a
+        // successor of this process (it died before the mark) runs their hook again.
         this.#markSoon(change.eventId)
       }
     } finally {
       await this.#marking
-      // A hook threw: its change and those after it are let go, for `renotify` to fire.
+      // A hook threw, or a lease was lost: the changes left are let go, for `renotify`.
       if (left.size > 0) await this.#letGo([...left]).catch(() => {})
       this.#drop(ids)
+    }
+  }
+
+  /**
+   * Whether this process still holds the lease on a change about to fire. A lease known to
+   * have a third or more left costs no statement; otherwise it is renewed by a conditional
+   * UPDATE (those of `waiting` together, the change alone if one of them was lost): none
+   * matched, another process took it. A database that does not answer keeps it unfired.
+   */
+  async #stillHeld(id: number, waiting: number[]) {
+    const known = this.#leased.get(id)
+    if (known && known.diffNow().toMillis() >= this.lease.ms / 3) return true
+    try {
+      if (waiting.length > 1 && (await this.#renew(waiting)) === waiting.length) return true
+      return (await this.#renew([id])) === 1
+    } catch (error) {
+      debug('outbox: lease check of change %d failed: %s', id, (error as Error).message)
+      return false
     }
   }
 
@@ -162,15 +196,15 @@ export class PayoutOutbox {
     let notified = 0
     for (const row of rows) {
       if (sweep.givenUp) break
-      if (this.#notifying.has(row.id)) continue
       if (this.#unmarked.has(row.id)) {
-        await this.#markNotified([row.id])
-        this.#unmarked.delete(row.id)
+        await this.#markAgain([row.id])
         continue
       }
+      if (this.#notifying.has(row.id)) continue
       // Another process may have taken it since the read: only the one UPDATE that wins goes on.
-      if (!(await this.#take(client, row.id, olderThanMs))) continue
-      this.#hold([row.id])
+      const until = await this.#take(client, row.id, olderThanMs)
+      if (!until) continue
+      this.#hold([row.id], until)
       let change: PayoutChange<Payout> | null
       try {
         change = row.applied ? await this.#rebuild(row) : null
@@ -182,7 +216,7 @@ export class PayoutOutbox {
       // Checked again after the awaits above: a fresher sweep may have taken the row meanwhile.
       if (sweep.givenUp) break
       if (this.#notifying.has(row.id)) continue
-      await this.notifyBatch({ outcomes: [{ change }] })
+      await this.notifyBatch({ outcomes: [{ change }], notifyUntil: until })
       notified++
     }
     return notified
@@ -209,65 +243,117 @@ export class PayoutOutbox {
     })
   }
 
-  /** Takes the lease on one change if it is still takeable; true when this process won it. */
+  /**
+   * Takes the lease on one change if it is still takeable: its end when this process won it,
+   * null when another one did.
+   */
   async #take(client: QueryClientContract, id: number, olderThanMs: number) {
+    const until = DateTime.utc().plus({ milliseconds: this.lease.ms })
     const updated = await this.#bounded(
       this.#takeable(client.from(PayoutEvent.table).where('id', id), client, olderThanMs)
-    ).update({ notify_owner: this.lease.owner, notify_until: this.#until(client) })
-    return affectedRows(updated) === 1
+    ).update({ notify_owner: this.lease.owner, notify_until: dbDate(client, until) })
+    return affectedRows(updated) === 1 ? this.#stored(client, until) : null
   }
 
-  /** The end of a lease taken or renewed now, in the connection's format (UTC). */
-  #until(client: QueryClientContract) {
-    return dbDate(client, DateTime.utc().plus({ milliseconds: this.lease.ms }))
+  /** A lease end as the database keeps it: MySQL's DATETIME drops the milliseconds. */
+  #stored(client: QueryClientContract, until: DateTime) {
+    return client.dialect.name === 'mysql' ? until.startOf('second') : until
   }
 
-  /** Changes this instance notifies from now: left alone by its sweeps, their leases renewed. */
-  #hold(ids: number[]) {
-    for (const id of ids) this.#notifying.add(id)
+  /**
+   * Changes this instance notifies from now (`until`: their lease's end, if known): left
+   * alone by its sweeps while held, their leases renewed.
+   */
+  #hold(ids: number[], until: DateTime | null = null) {
+    for (const id of ids) {
+      this.#notifying.set(id, (this.#notifying.get(id) ?? 0) + 1)
+      const known = this.#leased.get(id)
+      if (!known || (until && until > known)) this.#leased.set(id, until ?? known ?? null)
+    }
     if (this.#renewal || this.#notifying.size === 0) return
     this.#renewal = setInterval(
-      () => void this.#renew([...this.#notifying]),
+      () => void this.#renewLeases(),
       Math.max(1, Math.floor(this.lease.ms / 3))
     )
     this.#renewal.unref()
   }
 
-  /** Changes this instance is done with; the renewal stops with the last one. */
+  /** A holder is done with these changes; the renewal stops with the last one. */
   #drop(ids: number[]) {
-    for (const id of ids) this.#notifying.delete(id)
+    for (const id of ids) {
+      const holders = (this.#notifying.get(id) ?? 0) - 1
+      if (holders > 0) {
+        this.#notifying.set(id, holders)
+        continue
+      }
+      this.#notifying.delete(id)
+      this.#leased.delete(id)
+    }
     if (this.#notifying.size > 0 || !this.#renewal) return
     clearInterval(this.#renewal)
     this.#renewal = undefined
   }
 
   /**
-   * Extends the leases of changes this process still holds and has not marked. A renewal
-   * that fails is only logged: past the lease another process may fire the change too.
+   * Every third of the lease: marks the changes whose mark was lost (then lets them go), and
+   * extends the leases still needed. One at a time, each statement bounded; a failure is
+   * only logged (the next renewal tries again; past the lease another process may take the
+   * change, as from a process that stalled).
    */
-  async #renew(ids: number[]) {
-    if (ids.length === 0) return
+  async #renewLeases() {
     const name = this.connection ?? this.db.primaryConnectionName
     // The app closed its database (terminating): nothing to renew, and no pool to reopen.
-    if (!this.db.manager.isConnected(name)) return
-    const client = this.db.connection(this.connection)
+    if (this.#renewing || !this.db.manager.isConnected(name)) return
+    this.#renewing = true
     try {
-      for (let start = 0; start < ids.length; start += RENEW_CHUNK) {
-        await this.#bounded(
-          client
-            .from(PayoutEvent.table)
-            .whereIn('id', ids.slice(start, start + RENEW_CHUNK))
-            .where('notify_owner', this.lease.owner)
-            .whereNull('notified_at')
-        ).update({ notify_until: this.#until(client) })
-      }
+      await this.#markAgain([...this.#unmarked]).catch((error) => {
+        debug('outbox: marking again failed: %s', (error as Error).message)
+      })
+      await this.#renew([...this.#leased.keys()])
     } catch (error) {
       debug('outbox: lease renewal failed: %s', (error as Error).message)
+    } finally {
+      this.#renewing = false
     }
   }
 
-  /** Ends this process's lease on changes it will not fire (a hook threw). */
+  /** Marks changes whose mark was lost, then lets them go. */
+  async #markAgain(ids: number[]) {
+    await this.#markNotified(ids)
+    // A sweep and a renewal may both have marked one: it is let go once.
+    const marked = ids.filter((id) => this.#unmarked.delete(id))
+    for (const id of marked) this.#leased.delete(id)
+    this.#drop(marked)
+  }
+
+  /**
+   * Extends this process's leases on changes not marked yet, by conditional UPDATEs; the
+   * ends of a chunk whose every lease matched are known from then. Returns how many matched.
+   */
+  async #renew(ids: number[]) {
+    const client = this.db.connection(this.connection)
+    let matched = 0
+    for (let start = 0; start < ids.length; start += RENEW_CHUNK) {
+      const chunk = ids.slice(start, start + RENEW_CHUNK)
+      const until = DateTime.utc().plus({ milliseconds: this.lease.ms })
+      const updated = await this.#bounded(
+        client
+          .from(PayoutEvent.table)
+          .whereIn('id', chunk)
+          .where('notify_owner', this.lease.owner)
+          .whereNull('notified_at')
+      ).update({ notify_until: dbDate(client, until) })
+      matched += affectedRows(updated)
+      if (affectedRows(updated) !== chunk.length) continue
+      for (const id of chunk)
+        if (this.#leased.has(id)) this.#leased.set(id, this.#stored(client, until))
+    }
+    return matched
+  }
+
+  /** Ends this process's lease on changes it will not fire (a hook threw, a lease was lost). */
   async #letGo(ids: number[]) {
+    for (const id of ids) this.#leased.delete(id)
     const client = this.db.connection(this.connection)
     await this.#bounded(
       client
@@ -287,9 +373,18 @@ export class PayoutOutbox {
   async #flushMarks() {
     while (this.#toMark.length > 0) {
       const ids = this.#toMark.splice(0)
-      await this.#markNotified(ids).catch(() => {
-        for (const id of ids) this.#unmarked.add(id)
-      })
+      try {
+        await this.#markNotified(ids)
+        for (const id of ids) this.#leased.delete(id)
+      } catch (error) {
+        // Held on and still leased: the renewal retries the mark until it lands.
+        debug('outbox: marking %d changes failed: %s', ids.length, (error as Error).message)
+        for (const id of ids) {
+          if (this.#unmarked.has(id)) continue
+          this.#unmarked.add(id)
+          this.#hold([id])
+        }
+      }
     }
     this.#marking = undefined
   }
