@@ -25,6 +25,7 @@ export default class PayoutsProvider {
 
   async ready() {
     await this.startBackgroundWork()
+    await this.relayBroadcasts()
   }
 
   /** Closes the client's keep-alive sockets and the service's timers. */
@@ -65,6 +66,7 @@ export default class PayoutsProvider {
         database: hasLucid ? () => this.app.container.make('lucid.db') : undefined,
         encryption: () => this.app.container.make('encryption'),
         httpServer: () => this.app.container.make('server'),
+        transmitTransport: () => Boolean(this.app.config.get('transmit.transport', null)),
         ...hostLockServices(this.app),
       })
       return this.#service
@@ -94,6 +96,17 @@ export default class PayoutsProvider {
     this.app.container.singleton(BodyParserMiddleware, () => {
       return new Skipping(this.app.config.get('bodyparser'), this.app.experimentalFlags)
     })
+  }
+
+  /**
+   * In a web process, the broadcast relay (`transmit.relay`): once the app registers the
+   * payout channels, every change applied by any process goes out to this process's
+   * subscribers. Console commands (`payouts:work`) serve no subscriber.
+   */
+  protected async relayBroadcasts() {
+    if (this.app.getEnvironment() !== 'web' || !this.app.container.hasBinding('lucid.db')) return
+    const service = await this.app.container.make(PayoutsService)
+    await service.relayBroadcasts()
   }
 
   /**

@@ -122,7 +122,10 @@ export const payoutsConfigSchema = z.object({
       /**
        * How long a change's notification is held by the process that fires it: renewed every
        * third of it while its listeners run; a process that died leaves its changes to
-       * another one after this long (they fire again, under the same eventKey).
+       * another one after this long (they fire again, under the same eventKey). It starts
+       * with the applying transaction, so one near `ledger.transactionTimeoutMs` or over it
+       * can commit with the lease nearly gone: a change's lease is checked (renewed by a
+       * conditional UPDATE) before its listeners run, and left to a process that took it.
        */
       notifyLeaseMs: z.number().int().min(1000).max(3_600_000).default(30_000),
     })
@@ -206,6 +209,15 @@ export const payoutsConfigSchema = z.object({
     .object({
       payoutChannel: z.string().includes(':payoutId').default('payouts/:payoutId'),
       ownerChannel: z.string().includes(':ownerId').default('payouts/owners/:ownerId'),
+      /**
+       * Whether each web process broadcasts the changes any process applied, read from the
+       * ledger (`true`), or the process that applies a change broadcasts it (`false`).
+       * `auto`: the relay in worker mode when Transmit has no transport (Redis carries the
+       * worker's broadcasts otherwise). See docs/production.md.
+       */
+      relay: z.union([z.literal('auto'), z.boolean()]).default('auto'),
+      /** How often the relay reads the changes applied since its last read. */
+      relayIntervalMs: z.number().int().min(10).max(60_000).default(250),
     })
     .prefault({}),
   ledger: z

@@ -26,6 +26,21 @@ export interface ChannelAuthorizers<Ctx = any> {
   owner?: (ctx: Ctx, ownerId: string) => boolean | Promise<boolean>
 }
 
+/**
+ * Whether changes reach Transmit through the relay (`BroadcastRelay` in each web process)
+ * rather than from the process that applies them: `transmit.relay`, where `auto` is the
+ * relay in worker mode unless Transmit has a transport (Redis carries the worker's broadcasts
+ * to every instance then).
+ */
+export function relayEnabled(
+  config: Pick<PayoutsConfig, 'transmit' | 'webhook'>,
+  hasTransport: boolean
+): boolean {
+  const { relay } = config.transmit
+  if (relay !== 'auto') return relay
+  return config.webhook.processing === 'worker' && !hasTransport
+}
+
 /** What the notifier needs: the config's event and channel settings, a logger, the emitter. */
 export interface PayoutsNotifierOptions {
   config: Pick<PayoutsConfig, 'events' | 'transmit'>
@@ -42,6 +57,8 @@ export interface PayoutsNotifierOptions {
 export class PayoutsNotifier {
   #options: PayoutsNotifierOptions
   #transmit?: ChannelBroadcaster
+  /** The relay broadcasts every change (`transmit.relay`): this process does not do it directly. */
+  #relayed = false
 
   constructor(options: PayoutsNotifierOptions) {
     this.#options = options
@@ -76,7 +93,7 @@ export class PayoutsNotifier {
   async changed(change: PayoutChange, event: PayoutChangedEvent, deposit: EscrowEvent | null) {
     if (deposit) await this.emit('payouts:escrow_confirmed', deposit)
     for (const name of changeEventNames(change)) await this.emit(name, event)
-    this.#broadcast(event)
+    if (!this.#relayed) this.broadcast(event)
   }
 
   /**
@@ -84,14 +101,19 @@ export class PayoutsNotifier {
    * its current position goes out on the owner's channel once (no app event: those fired).
    */
   ownerAttached(event: PayoutChangedEvent) {
-    this.#broadcast(event, { ownerOnly: true })
+    if (!this.#relayed) this.broadcast(event, { ownerOnly: true })
   }
 
   /**
    * Authorizes the payout channels on Transmit and starts re-broadcasting every applied
-   * change there. Without a callback for a channel, nobody may listen to it.
+   * change there. Without a callback for a channel, nobody may listen to it. `relayed`: the
+   * changes reach the channels through the relay (`BroadcastRelay`), not from here.
    */
-  registerChannels(transmit: ChannelBroadcaster, authorizers: ChannelAuthorizers = {}) {
+  registerChannels(
+    transmit: ChannelBroadcaster,
+    authorizers: ChannelAuthorizers = {},
+    options: { relayed?: boolean } = {}
+  ) {
     const { payoutChannel, ownerChannel } = this.#options.config.transmit
     transmit.authorize<{ payoutId: string }>(payoutChannel, (ctx, params) =>
       authorizers.payout ? authorizers.payout(ctx, params.payoutId) : false
@@ -100,10 +122,14 @@ export class PayoutsNotifier {
       authorizers.owner ? authorizers.owner(ctx, params.ownerId) : false
     )
     this.#transmit = transmit
+    this.#relayed = options.relayed ?? false
   }
 
-  /** Public fields only, on the payout's channel and its owner's; each channel attempted. */
-  #broadcast(event: PayoutChangedEvent, options: { ownerOnly?: boolean } = {}) {
+  /**
+   * Public fields only, on the payout's channel and its owner's (`ownerOnly`: the owner's);
+   * each channel attempted. The one place a change becomes a broadcast, direct or relayed.
+   */
+  broadcast(event: PayoutChangedEvent, options: { ownerOnly?: boolean } = {}) {
     if (!this.#transmit) return
     const { payoutChannel, ownerChannel } = this.#options.config.transmit
     const payload = JSON.parse(JSON.stringify(event))

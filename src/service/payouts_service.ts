@@ -11,7 +11,13 @@ import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
 import type { PayoutsFake, PayoutsFakeOptions } from '../testing/payouts_fake.ts'
 import type { SecretStore } from '../webhooks/secret_store.ts'
 import { BackgroundWork } from './background_work.ts'
-import { PayoutsNotifier, type ChannelAuthorizers, type ChannelBroadcaster } from './notifier.ts'
+import type { BroadcastRelay } from './broadcast_relay.ts'
+import {
+  PayoutsNotifier,
+  relayEnabled,
+  type ChannelAuthorizers,
+  type ChannelBroadcaster,
+} from './notifier.ts'
 import { webhookSubscriptions } from './webhook_subscriptions.ts'
 import { buildParts, createClient, type PayoutsServiceDeps, type ServiceParts } from './wiring.ts'
 
@@ -33,6 +39,11 @@ export class PayoutsService {
   #background: BackgroundWork
   #reachability?: import('../health/reachability.ts').Reachability
   #fake?: PayoutsFake
+  /** Set by `registerChannels` when the relay carries the changes to Transmit. */
+  #relayed = false
+  /** Set by `relayBroadcasts`: this process serves Transmit's subscribers (a web process). */
+  #servesSubscribers = false
+  #relay?: Promise<BroadcastRelay | null>
 
   constructor(config: PayoutsConfig, deps: PayoutsServiceDeps) {
     this.config = config
@@ -126,10 +137,55 @@ export class PayoutsService {
 
   /**
    * Authorizes the payout channels on Transmit and starts re-broadcasting every applied
-   * change there. Without a callback for a channel, nobody may listen to it.
+   * change there. Without a callback for a channel, nobody may listen to it. With the relay
+   * on (`transmit.relay`), the changes go out from each web process's relay, not from the
+   * process that applied them.
    */
   registerChannels(transmit: ChannelBroadcaster, authorizers: ChannelAuthorizers = {}) {
-    this.#notifier.registerChannels(transmit, authorizers)
+    this.#relayed = relayEnabled(this.config, this.#deps.transmitTransport?.() ?? false)
+    debug('transmit channels registered, relay %s', this.#relayed ? 'on' : 'off')
+    this.#notifier.registerChannels(transmit, authorizers, { relayed: this.#relayed })
+    void this.#startRelay()
+  }
+
+  /**
+   * Marks this process as one serving Transmit's subscribers (the provider calls it in a
+   * web process): with the relay on, it follows the ledger and broadcasts every change here,
+   * from now, once the channels are registered.
+   */
+  async relayBroadcasts() {
+    this.#servesSubscribers = true
+    await this.#startRelay()
+  }
+
+  async #startRelay() {
+    const { database, logger } = this.#deps
+    if (!this.#servesSubscribers || !this.#relayed || !this.config.ledger.enabled || !database) {
+      return
+    }
+    this.#relay ??= (async () => {
+      const [{ BroadcastRelay }, { configureModels }] = await Promise.all([
+        import('./broadcast_relay.ts'),
+        import('../models/main.ts'),
+      ])
+      const { connection, tablePrefix, transactionTimeoutMs } = this.config.ledger
+      configureModels(tablePrefix, connection)
+      const relay = new BroadcastRelay({
+        db: await database(),
+        connection,
+        notifier: this.#notifier,
+        logger,
+        intervalMs: this.config.transmit.relayIntervalMs,
+        // A transaction cannot stay open longer: past it, a missing id never commits.
+        gapWaitMs: transactionTimeoutMs + 5000,
+      })
+      relay.start()
+      return relay
+    })().catch((error) => {
+      logger.error({ err: error }, 'payouts relay not started')
+      return null
+    })
+    await this.#relay
   }
 
   /**
@@ -362,6 +418,9 @@ export class PayoutsService {
   /** Closes sockets and timers; called by the provider on shutdown. */
   async close() {
     await this.restore()
+    const relay = await this.#relay
+    this.#relay = undefined
+    await relay?.stop()
     await this.#background.stop()
     if (this.#parts) {
       const parts = await this.#parts.catch(() => null)

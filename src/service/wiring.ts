@@ -26,6 +26,8 @@ export interface PayoutsServiceDeps extends HostLockServices {
   encryption?: () => Promise<SecretCipher>
   /** The app's Lucid database; required by the ledger and the webhook inbox. */
   database?: () => Promise<Database>
+  /** Whether the app's Transmit has a transport (Redis): `transmit.relay: 'auto'` reads it. */
+  transmitTransport?: () => boolean
   /** The app's HTTP server: `payouts.fake()` delivers webhooks through it, in-process. */
   httpServer?: () => Promise<{
     boot(): Promise<void>

@@ -6,8 +6,9 @@ import { DEMO_ROOT, freePort, startDemo, type RunningDemo } from '../../scripts/
 
 /**
  * The demo page in headless Chromium: it shows the health report, and a payout executed
- * from the form reaches completed without a reload (the worker applies the changes; the
- * page refreshes on Transmit messages and every 2 s), in the fiat flow and in the
+ * from the form reaches completed without a reload (the worker applies the changes, the web
+ * process relays them over Transmit; the page reads the list on a message, never on a timer), in
+ * the fiat flow and in the
  * stablecoin flow through the escrow deposit button. What it shows of each payout (fees,
  * rates, instructions, escrow, a failure) is checked against the ledger's row and the
  * emulator's record, amounts in each currency's decimals from the coverage matrix; the
@@ -264,6 +265,15 @@ test.group('Browser | demo page', (group) => {
     await page
       .locator(`[data-testid=payout][data-payout-id="${stable.id}"][data-status=completed]`)
       .waitFor({ timeout: 45_000 })
+
+    // No polling: idle, the page reads the list only when Transmit says something changed.
+    const listReads: string[] = []
+    page.on('request', (request) => {
+      const url = new URL(request.url())
+      if (request.method() === 'GET' && url.pathname === '/api/payouts') listReads.push(url.href)
+    })
+    await new Promise((resolve) => setTimeout(resolve, 5000))
+    assert.deepEqual(listReads, [], 'the page does not poll /api/payouts')
 
     mkdirSync(new URL('./', SCREENSHOT), { recursive: true })
     await page.screenshot({ path: SCREENSHOT.pathname, fullPage: true })

@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url'
 import { DatabaseSync } from 'node:sqlite'
 import { test } from '@japa/runner'
 import { DEMO_ROOT, EXIT_WITH_PARENT, freePort, startDemo } from '../../scripts/demo_runner.ts'
+import { listen } from '../worker/helpers.ts'
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url))
 
@@ -76,6 +77,8 @@ test.group('Demo runner | a worker beside the web process', () => {
       workerLog: (line) => workerLines.push(line),
     })
     cleanup(() => demo.stop())
+    // A browser of the demo, as the page subscribes: no Redis, the web process relays.
+    const { received } = await listen(cleanup, demo.url, 'payouts/owners/demo-tenant')
 
     const executed = await fetch(`${demo.url}/api/payouts`, {
       method: 'POST',
@@ -94,6 +97,17 @@ test.group('Demo runner | a worker beside the web process', () => {
       status = payouts.find((payout) => payout.payoutUuid === payoutId)?.status
     }
     assert.equal(status, 'completed')
+    // Every change the worker applied reached the subscriber on the web process, once each.
+    await new Promise((resolve) => setTimeout(resolve, 1000))
+    const heard = received.map(({ message }) => message).filter((m) => m.payoutId === payoutId)
+    const eventIds = heard.map((message) => message.eventId)
+    assert.isAbove(heard.length, 2, JSON.stringify(heard))
+    assert.equal(new Set(eventIds).size, eventIds.length, 'no change twice')
+    assert.deepEqual(
+      eventIds,
+      [...eventIds].sort((a, b) => Number(a) - Number(b))
+    )
+    assert.equal(heard.at(-1).status, 'completed')
 
     // The webhooks that moved it were stored by the app and processed by the worker.
     const batches = workerLines

@@ -1,5 +1,6 @@
 import { test } from '@japa/runner'
 import type { Database } from '@adonisjs/lucid/database'
+import { Logger } from '@adonisjs/core/logger'
 import { DateTime } from 'luxon'
 import { tableNames } from '../../src/database/schema.ts'
 import { defineConfig } from '../../src/define_config.ts'
@@ -10,6 +11,7 @@ import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import Payout from '../../src/models/payout.ts'
 import { Pruner } from '../../src/ledger/pruning.ts'
 import { Reconciler } from '../../src/jobs/reconciler.ts'
+import { BroadcastRelay } from '../../src/service/broadcast_relay.ts'
 import { readHealth } from '../../src/service/health.ts'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
@@ -173,6 +175,30 @@ test.group(`Ledger | query plans on a large ledger (${TEST_DB})`, (group) => {
         }).prune({ deadLetters: true }),
       'a payout read': () => Payout.findBy('payout_uuid', seededPayoutUuid(PAYOUTS / 2)),
       'the outbox sweep': () => ledger.renotify({ olderThanMs: 0 }),
+      'the broadcast relay: its start, a read of new changes, a gap read back': async () => {
+        const relay = new BroadcastRelay({
+          db,
+          notifier: { broadcast: () => {} },
+          logger: new Logger({ enabled: false }),
+          intervalMs: 250,
+          gapWaitMs: 30_000,
+        })
+        await relay.readOnce()
+        // An id taken by a transaction rolled back (PostgreSQL, MySQL): a gap behind the next.
+        const trx = await db.transaction()
+        await ledger.applyBatchInTransaction(trx, [
+          { payoutId: seededPayoutUuid(60), status: 'completed', step: null, source: 'webhook' },
+        ])
+        await trx.rollback()
+        await ledger.apply({
+          payoutId: seededPayoutUuid(61),
+          status: 'completed',
+          step: null,
+          source: 'webhook',
+        })
+        await relay.readOnce()
+        await relay.readOnce()
+      },
       'an observation applied': () =>
         ledger.apply({
           payoutId: seededPayoutUuid(50),

@@ -1,23 +1,11 @@
 import { randomUUID } from 'node:crypto'
 import { test } from '@japa/runner'
-import { Transmit } from '@adonisjs/transmit-client'
-import { EventSource, request } from 'undici'
+import { request } from 'undici'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import { signPayload } from '../../src/signature/main.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startHttpApp, type HttpApp } from '../helpers/http_app.ts'
-
-/** A Node subscriber: undici's EventSource (Node 24 has none), identity in a header. */
-function subscriber(baseUrl: string, owner: string, refused: number[] = []) {
-  return new Transmit({
-    baseUrl,
-    onSubscribeFailed: (response: Response) => void refused.push(response.status),
-    eventSourceFactory: (url, options) =>
-      new EventSource(url, options) as unknown as globalThis.EventSource,
-    beforeSubscribe: (req: Request) => req.headers.set('x-owner', owner),
-    maxReconnectAttempts: 0,
-  })
-}
+import { subscriber } from '../worker/helpers.ts'
 
 test.group(`Transmit | payout channels (${TEST_DB})`, (group) => {
   // One app for the group: @adonisjs/transmit's controllers use a module-level singleton

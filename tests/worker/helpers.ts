@@ -6,7 +6,10 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { randomUUID } from 'node:crypto'
-import { request } from 'undici'
+import type { ApplicationService } from '@adonisjs/core/types'
+import { Transmit } from '@adonisjs/transmit-client'
+import { EventSource, request } from 'undici'
+import type { PayoutsService } from '../../src/service/payouts_service.ts'
 import { signPayload } from '../../src/signature/main.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
 
@@ -38,6 +41,40 @@ export interface ChildOptions {
   rowByRow?: boolean
   /** The worker kills itself (SIGKILL) after its first COMMIT, before any event fires. */
   killAfterCommit?: boolean
+  /**
+   * Transmit in the child, its payout channels registered as an app's start file does
+   * (anybody may watch a payout; an owner's channel with `x-owner: <ownerId>`): `memory`
+   * without a transport, `redis` with Transmit's Redis transport on `redisChannel`.
+   */
+  transmit?: 'memory' | 'redis'
+  redisChannel?: string
+  /** `transmit.relay`. */
+  relay?: boolean | 'auto'
+  /** `webhook.processing` of the web process (`worker` by default). */
+  processing?: 'inline' | 'worker'
+}
+
+/** The Transmit config of a child: no ping; Redis's transport when asked. */
+export async function transmitConfig(options: ChildOptions) {
+  if (options.transmit !== 'redis') return { pingInterval: false, transport: null }
+  const { redis } = await import('@adonisjs/transmit/transports/redis')
+  return {
+    pingInterval: false,
+    transport: {
+      driver: redis({ host: process.env.REDIS_HOST ?? '127.0.0.1', port: 6379 }),
+      channel: options.redisChannel ?? 'svc-payouts-tests::broadcast',
+    },
+  }
+}
+
+/** The payout channels as the suite's apps register them. */
+export async function registerChannels(app: ApplicationService, payouts: PayoutsService) {
+  const transmit = await app.container.make('transmit')
+  transmit.registerRoutes()
+  payouts.registerChannels(transmit, {
+    payout: () => true,
+    owner: (ctx, ownerId) => ctx.request.header('x-owner') === ownerId,
+  })
 }
 
 /** The payouts config both children run with. */
@@ -51,7 +88,7 @@ export function payoutsConfig(options: ChildOptions) {
     retry: { maxRetries: 0 },
     webhook: {
       secret: SECRET,
-      processing: 'worker',
+      processing: options.processing ?? 'worker',
       retryIntervalMs: 100,
       processBatchSize: options.batchSize,
       ...(options.processingLeaseMs ? { processingLeaseMs: options.processingLeaseMs } : {}),
@@ -61,6 +98,7 @@ export function payoutsConfig(options: ChildOptions) {
       ...(options.notifyLeaseMs ? { notifyLeaseMs: options.notifyLeaseMs } : {}),
     },
     jobs: { reconcileEveryMs: 0, escrowEveryMs: 0, recoverEveryMs: 0 },
+    ...(options.relay !== undefined ? { transmit: { relay: options.relay } } : {}),
     ledger: { tablePrefix: options.prefix, transactionTimeoutMs: 20_000 },
   }
 }
@@ -96,10 +134,12 @@ export function spawnChild(
   const waiters: Array<{ type: string; resolve: (m: any) => void }> = []
   child.on('message', (message: any) => {
     messages.push(message)
-    for (const waiter of waiters.filter((w) => w.type === message.type)) {
-      waiters.splice(waiters.indexOf(waiter), 1)
-      waiter.resolve(message)
-    }
+    // The first waiter takes it; a later `nextMessage` waits for the next one.
+    const waiter = waiters.find((w) => w.type === message.type)
+    if (!waiter) return
+    waiters.splice(waiters.indexOf(waiter), 1)
+    message.taken = true
+    waiter.resolve(message)
   })
   const exited = once(child, 'exit').then(([code]) => code as number | null)
   cleanup(async () => {
@@ -124,28 +164,63 @@ export function spawnChild(
   }
 }
 
+/** A Node subscriber: undici's EventSource (Node 24 has none), identity in a header. */
+export function subscriber(baseUrl: string, owner?: string, refused: number[] = []) {
+  return new Transmit({
+    baseUrl,
+    onSubscribeFailed: (response: Response) => void refused.push(response.status),
+    eventSourceFactory: (url, options) =>
+      new EventSource(url, options) as unknown as globalThis.EventSource,
+    beforeSubscribe: (req: Request) => void (owner && req.headers.set('x-owner', owner)),
+    maxReconnectAttempts: 0,
+  })
+}
+
+/** A subscriber on one channel of `baseUrl`: what it received, when, and its closing. */
+export async function listen(
+  cleanup: (fn: () => Promise<void>) => void,
+  baseUrl: string,
+  channel: string,
+  owner?: string
+) {
+  const client = subscriber(baseUrl, owner)
+  cleanup(async () => client.close())
+  const received: Array<{ at: number; message: any }> = []
+  const subscription = client.subscription(channel)
+  subscription.onMessage((message) => void received.push({ at: Date.now(), message }))
+  await subscription.create()
+  if (!subscription.isCreated) throw new Error(`subscription to ${channel} refused`)
+  return { received, close: () => client.close() }
+}
+
+/** POSTs one signed delivery of `type` to the web process. */
+export async function postEvent(
+  url: string,
+  type: string,
+  data: Record<string, unknown>,
+  deliveryId = `dlv_${randomUUID()}`
+) {
+  const body = JSON.stringify({ type, createdAt: new Date().toISOString(), data })
+  const response = await request(`${url}/webhooks/payouts`, {
+    method: 'POST',
+    body,
+    headers: {
+      'content-type': 'application/json',
+      'svc-signature': signPayload(SECRET, Math.floor(Date.now() / 1000), body),
+      'svc-delivery-id': deliveryId,
+      'svc-event-type': type,
+    },
+  })
+  await response.body.dump()
+  if (response.statusCode !== 200) throw new Error(`delivery answered ${response.statusCode}`)
+}
+
 /** POSTs `count` signed `payout.created` deliveries, each for a new payout; answers their ids. */
 export async function postDeliveries(url: string, count: number) {
   const payoutIds: string[] = []
   for (let i = 0; i < count; i++) {
     const payoutId = randomUUID()
-    const body = JSON.stringify({
-      type: 'payout.created',
-      createdAt: new Date().toISOString(),
-      data: { payoutId },
-    })
-    const response = await request(`${url}/webhooks/payouts`, {
-      method: 'POST',
-      body,
-      headers: {
-        'content-type': 'application/json',
-        'svc-signature': signPayload(SECRET, Math.floor(Date.now() / 1000), body),
-        'svc-delivery-id': `dlv_${payoutId}`,
-        'svc-event-type': 'payout.created',
-      },
-    })
-    await response.body.dump()
-    if (response.statusCode !== 200) throw new Error(`delivery answered ${response.statusCode}`)
+    await postEvent(url, 'payout.created', { payoutId }, `dlv_${payoutId}`)
     payoutIds.push(payoutId)
   }
   return payoutIds

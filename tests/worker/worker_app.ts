@@ -4,7 +4,8 @@
  * appended to a JSONL file; with `pauseFirstBatch`, its first batch holds its transaction
  * open (rows claimed, nothing committed) until SIGTERM arrives or the parent says `go`.
  * Listeners may be made slow or hang, batches forced row by row, or the process killed
- * right after its first COMMIT (see `ChildOptions`).
+ * right after its first COMMIT (see `ChildOptions`). With `transmit`, it registers the payout
+ * channels as an app's start file would (it serves no subscriber).
  */
 import 'reflect-metadata'
 import { appendFileSync } from 'node:fs'
@@ -15,7 +16,7 @@ import PayoutsWork from '../../commands/payouts_work.ts'
 import { BASE_URL } from '../helpers/app.ts'
 import { connectionConfig } from '../helpers/database.ts'
 import { hostAppIgnitor } from '../helpers/host_app.ts'
-import { payoutsConfig, type ChildOptions } from './helpers.ts'
+import { payoutsConfig, transmitConfig, type ChildOptions } from './helpers.ts'
 
 const options: ChildOptions = JSON.parse(process.env.WORKER_TEST!)
 process.on('disconnect', () => process.exit(1))
@@ -35,11 +36,13 @@ function released(): Promise<void> {
 const ignitor = hostAppIgnitor({
   root: BASE_URL,
   connection: connectionConfig('worker'),
+  transmit: Boolean(options.transmit),
   config: {
     logger: defineLoggerConfig({
       default: 'app',
       loggers: { app: { enabled: true, level: 'info' } },
     }),
+    ...(options.transmit ? { transmit: await transmitConfig(options) } : {}),
   },
   payouts: payoutsConfig(options),
 })
@@ -51,6 +54,8 @@ await ignitor
     ace.addLoader(new ListLoader([PayoutsWork]))
     await app.ready(async () => {
       const payouts = await app.container.make('payouts.manager')
+      // As an app's start file does in every process (no routes: nobody subscribes here).
+      if (options.transmit) payouts.registerChannels(await app.container.make('transmit'))
       const emitter = await app.container.make('emitter')
       emitter.onAny((name, data: any) => {
         if (!options.eventsFile || !String(name).startsWith('payouts:')) return
@@ -58,6 +63,7 @@ await ignitor
           name: String(name),
           payoutId: data?.payoutId ?? null,
           eventKey: data?.eventKey ?? null,
+          eventId: data?.eventId ?? null,
           pid: process.pid,
           at: Date.now(),
         }
