@@ -178,32 +178,44 @@ export class PayoutExecutor {
       // An app's key is kept as long as the payout it made (see `Pruner`); ours may go.
       keyOrigin: options.idempotencyKey === undefined ? ('plugin' as const) : ('app' as const),
       state: 'pending' as const,
-      attempts: 0,
+      // Committed with its first attempt counted: from its COMMIT on, recovery sends it under
+      // its key if this process dies before recording the outcome.
+      attempts: 1,
+      lastAttemptAt: this.#options.now(),
     }
     let intent: ExecutionIntent
+    // Whether the insert reached the server: past it, a COMMIT given up at its deadline may
+    // have landed all the same.
+    let inserted = false
     try {
-      intent = await this.#write('execute intent', (trx) =>
-        ExecutionIntent.create(fields, { client: trx, connection: this.#options.connection })
-      )
+      intent = await this.#write('execute intent', async (trx) => {
+        const created = await ExecutionIntent.create(fields, {
+          client: trx,
+          connection: this.#options.connection,
+        })
+        inserted = true
+        return created
+      })
     } catch (error) {
       // The key's unique index: this key was used before (or is being used right now).
       const existing =
         options.idempotencyKey === undefined
           ? null
           : await this.#findByKey(fields.idempotencyKey).catch(() => null)
-      // No intent: nothing was sent, and nothing will be (an insert given up at its deadline
-      // is rolled back with its dropped connection; one whose COMMIT landed all the same is
-      // pending with no attempt, which recovery refuses instead of sending).
+      // No intent found: nothing was sent by this call. Failed before its INSERT was done, the
+      // transaction never committed and nothing will be sent (call again). Failed after it
+      // (the COMMIT given up at its deadline), the intent may exist with its attempt, and
+      // recovery would send it under its key: the caller must not send it under another.
       if (!existing) {
         throw new E_PAYOUTS_EXECUTE_NOT_STORED('its intent', {
-          outcomeUnknown: false,
+          outcomeUnknown: inserted,
           intentId: null,
           cause: error,
         })
       }
       return this.#repeat(existing, fields)
     }
-    return this.#send(intent)
+    return this.#send(intent, { counted: true })
   }
 
   /** A write of the execute path, bounded by `transactionTimeoutMs` (`boundedTransaction`). */
@@ -273,23 +285,29 @@ export class PayoutExecutor {
     return this.#send(intent)
   }
 
-  async #send(intent: ExecutionIntent): Promise<ExecutedPayout> {
+  async #send(intent: ExecutionIntent, options: { counted?: boolean } = {}) {
     this.#sending.add(intent.id)
     try {
-      return await this.#attempt(intent)
+      return await this.#attempt(intent, options.counted === true)
     } finally {
       this.#sending.delete(intent.id)
     }
   }
 
-  async #attempt(intent: ExecutionIntent): Promise<ExecutedPayout> {
+  /**
+   * Sends the intent. Its attempt is counted and saved first, unless it was committed with
+   * it (`counted`: a fresh intent).
+   */
+  async #attempt(intent: ExecutionIntent, counted: boolean): Promise<ExecutedPayout> {
     // A pending intent with attempts was left by a crash that may have come after sending.
-    const sentBefore = intent.attempts > 0
-    const leftBefore = mayHaveLeft(intent)
-    intent.attempts += 1
-    intent.lastAttemptAt = this.#options.now()
+    const sentBefore = counted ? intent.attempts > 1 : intent.attempts > 0
+    const leftBefore = !counted && mayHaveLeft(intent)
+    if (!counted) {
+      intent.attempts += 1
+      intent.lastAttemptAt = this.#options.now()
+    }
     try {
-      await this.#save(intent, 'execute attempt')
+      if (!counted) await this.#save(intent, 'execute attempt')
     } catch (error) {
       // Not sent by this call. But an earlier attempt may have been, and a write given up at
       // its deadline may still have committed (its answer lost): then the intent holds an
@@ -415,19 +433,9 @@ export class PayoutExecutor {
       .limit(options.limit ?? 100)
     for (const intent of intents) {
       if (this.#sending.has(intent.id)) continue
-      if (intent.state === 'pending' && intent.attempts === 0) {
-        // Never left: its caller was told nothing was sent (its attempt was not stored, see
-        // E_PAYOUTS_EXECUTE_NOT_STORED) and may have called again, or died before sending.
-        // Sending it now could pay twice; refused, it shows in payouts:intents. Only one
-        // left well past any live caller's bound, and only if it is still as read (a live
-        // caller's attempt since then wins).
-        const settled = Math.max(60_000, 2 * this.#options.transactionTimeoutMs)
-        if (now.diff(intent.updatedAt).toMillis() < settled) continue
-        const error = { message: 'never sent: its attempt was not stored' }
-        if (await this.#transition(intent, { state: 'refused', error })) summary.failed++
-        continue
-      }
-      if (!this.insideWindow(intent, now)) {
+      // A pending intent with no attempt (written by an older version, whose attempt came in
+      // a second write) never left: sending it can only make its one payout.
+      if (mayHaveLeft(intent) && !this.insideWindow(intent, now)) {
         if (await this.#transition(intent, { state: 'needs_attention' })) summary.flagged++
         continue
       }

@@ -168,22 +168,21 @@ test.group(`Ledger | an app's idempotency key across days (${TEST_DB})`, () => {
     assert.lengthOf(emu.admin.payouts(), 1)
   })
 
-  test('recovery refuses a never-sent intent only if it is still as read and well settled', async ({
+  test('a pending intent with no attempt (an older version left it) is sent once by recovery', async ({
     assert,
     cleanup,
   }) => {
     const { emu, executor, body } = await acrossTime(cleanup)
-    const { intent } = await executor.execute(body, { idempotencyKey: 'payout-order-47' })
-    // As a live caller leaves it for a moment: pending, no attempt yet.
+    const { intent, result } = await executor.execute(body, { idempotencyKey: 'payout-order-47' })
+    assert.equal(intent.attempts, 1, 'a fresh intent is committed with its attempt')
+    // As an older version left a crash between its two writes: pending, no attempt.
     intent.merge({ state: 'pending', attempts: 0 })
     await intent.save()
-    // Fresh: a live caller may be about to send it; recovery leaves it alone.
-    assert.deepInclude(await executor.recover({ olderThanMs: 0 }), { failed: 0, resent: 0 })
-    assert.equal((await intent.refresh()).state, 'pending')
     await emu.clock.advance(5 * 60_000)
-    assert.deepInclude(await executor.recover({ olderThanMs: 0 }), { failed: 1, resent: 0 })
-    assert.equal((await intent.refresh()).state, 'refused')
-    assert.lengthOf(emu.admin.payouts(), 1)
+    assert.deepInclude(await executor.recover({ olderThanMs: 60_000 }), { resent: 1, succeeded: 1 })
+    assert.equal((await intent.refresh()).state, 'succeeded')
+    assert.equal(intent.payoutUuid, result.payoutId)
+    assert.lengthOf(emu.admin.payouts(), 1, 'the same key: the one payout')
   })
 
   test('inside the window the same key after a lost answer is the one payout, answered', async ({
