@@ -17,13 +17,16 @@ const EXIT_GRACE_MS = 1000
  * The stop runs in the app's terminating phase, before the providers close Lucid: a stock
  * `bin/console.ts` terminates the app on SIGTERM while the batch in hand is still committing.
  */
+/** The shortest pause between reads of an empty inbox. */
+const MIN_POLL_MS = 50
+
 export default class PayoutsWork extends SwitchesCommand {
   static commandName = 'payouts:work'
   static description =
     'Process stored deliveries, run the jobs and the stream, until SIGTERM or SIGINT'
   static options: CommandOptions = { startApp: true, staysAlive: true }
 
-  @flags.number({ description: 'Milliseconds between reads of an empty inbox' })
+  @flags.number({ description: 'Milliseconds between reads of an empty inbox (50 or more)' })
   declare pollIntervalMs?: number
 
   @flags.number({ description: 'Milliseconds a stop may take before the process exits 1' })
@@ -36,7 +39,8 @@ export default class PayoutsWork extends SwitchesCommand {
   async run() {
     const refused =
       unreadInput(this) ??
-      outOfRange('poll-interval-ms', this.pollIntervalMs, 1, MAX_INT32) ??
+      // Below 50 ms an idle worker spins on its empty inbox.
+      outOfRange('poll-interval-ms', this.pollIntervalMs, MIN_POLL_MS, MAX_INT32) ??
       outOfRange('stop-timeout-ms', this.stopTimeoutMs, 1, MAX_INT32)
     if (refused !== undefined) {
       this.logger.error(refused)
