@@ -101,6 +101,8 @@ export async function startBenchApp(options: {
   db: BenchDb
   sqliteFile: string
   journal?: SqliteJournal
+  /** `transmit.relay`: on, each change goes out from this process's relay (bench/relay.ts). */
+  relay?: boolean
 }): Promise<BenchApp> {
   const prefix = `b${Math.random().toString(36).slice(2, 8)}_`
   const inboxTable = tableNames(prefix).webhookDeliveries
@@ -117,6 +119,7 @@ export async function startBenchApp(options: {
       webhook: { secret: BENCH_SECRET, path: ROUTES.plugin },
       jobs: { enabled: false },
       ledger: { tablePrefix: prefix },
+      transmit: { relay: options.relay ?? false },
     },
     setup: ({ app, payouts, router }) => addBenchRoutes(app, payouts, router, inboxTable),
     onRequest(req, res) {

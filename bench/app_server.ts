@@ -1,6 +1,8 @@
 import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks'
 import v8 from 'node:v8'
+import { changesChannel, CommitNotices } from '../src/database/change_notices.ts'
 import { PayoutLedger } from '../src/ledger/payout_ledger.ts'
+import { BroadcastRelay } from '../src/service/broadcast_relay.ts'
 import { startBenchApp, type BenchDb } from './app.ts'
 import { growthCommands, processFor } from './growth_child.ts'
 import { failToParent, serveParent } from './ipc.ts'
@@ -13,7 +15,8 @@ async function main() {
   const db = (process.argv[2] ?? 'sqlite') as BenchDb
   const sqliteFile = process.argv[3] ?? ''
   const journal: 'wal' | 'default' = process.argv.includes('--wal') ? 'wal' : 'default'
-  const bench = await startBenchApp({ db, sqliteFile, journal })
+  const relay = process.argv.includes('--relay')
+  const bench = await startBenchApp({ db, sqliteFile, journal, relay })
   const lucid = await bench.app.container.make('lucid.db')
   const client = () => lucid.connection()
   bench.setProcessing(process.argv.includes('--processing'))
@@ -115,6 +118,22 @@ async function main() {
           v8.getHeapSpaceStatistics().map((space) => [space.space_name, space.space_size])
         )
         return { gc: Boolean(gc), ...process.memoryUsage(), spaces }
+      },
+      /** The relay's statements and NOTIFYs so far; on PostgreSQL, its LISTEN connections. */
+      relayStats: async () => {
+        const listening =
+          db !== 'pg'
+            ? null
+            : await client()
+                .from('pg_stat_activity')
+                .where('query', `LISTEN "${changesChannel(bench.prefix)}"`)
+                .count('* as total')
+                .first()
+        return {
+          statements: BroadcastRelay.statements,
+          notices: CommitNotices.sent,
+          listening: listening ? Number(listening.total) : null,
+        }
       },
       /** How SQLite is opened here (null on PostgreSQL): journal, syncs, page cache. */
       sqlitePragmas: async () => {

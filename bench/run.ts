@@ -10,6 +10,7 @@ import {
 import { FANOUT, fanoutChecks, measureFanout, type FanoutResult } from './fanout.ts'
 import { INGEST, ingestChecks, measureIngest, type IngestResult } from './ingest.ts'
 import { MEMORY, MEMORY_DBS, memoryChecks, runMemory, type MemoryRuns } from './memory.ts'
+import { measureRelay, RELAY, RELAY_DBS, relayChecks, type RelayResult } from './relay.ts'
 import {
   CONFIGS,
   QUICK,
@@ -25,15 +26,16 @@ import {
 import { round } from './stats.ts'
 
 /**
- * `npm run bench`: webhook ingest, fan-out, client overhead and memory, each comparison
- * measured side by side in this run on this machine, on 127.0.0.1 only, every loop
- * bounded in count and time. Each measure, its settings and its rows of the table are in
- * its own file (ingest.ts, fanout.ts, client_overhead.ts, memory.ts); this file runs them,
+ * `npm run bench`: webhook ingest, fan-out, client overhead, memory and the relay's cost,
+ * each comparison measured side by side in this run on this machine, on 127.0.0.1 only,
+ * every loop bounded in count and time. Each measure, its settings and its rows of the table
+ * are in its own file (ingest.ts, fanout.ts, client_overhead.ts, memory.ts, relay.ts); this
+ * file runs them,
  * prints the table and writes bench/results.json.
  */
 
-// BENCH_ONLY=ingest,client,memory and BENCH_DBS=sqlite,sqlite-wal,pg run a part (development).
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'ingest,client,memory').split(','))
+// BENCH_ONLY=ingest,client,memory,relay and BENCH_DBS=sqlite,sqlite-wal,pg run a part.
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'ingest,client,memory,relay').split(','))
 const DBS = process.env.BENCH_DBS ? new Set(process.env.BENCH_DBS.split(',')) : null
 const PARTIAL = process.env.BENCH_ONLY !== undefined || DBS !== null
 // BENCH_MERGE=1: a partial run replaces its own rows in bench/results.json, keeps the others.
@@ -111,11 +113,12 @@ function printTable(checks: Check[], previous: Record<string, number | null> | n
 }
 
 /** The parts of the results a partial run measured. */
-function mergedResults(dbs: object, client: unknown, memory: object) {
+function mergedResults(dbs: object, client: unknown, memory: object, relay: object) {
   return {
     ...(Object.keys(dbs).length ? { dbs } : {}),
     ...(client ? { client } : {}),
     ...(Object.keys(memory).length ? { memory } : {}),
+    ...(Object.keys(relay).length ? { relay } : {}),
   }
 }
 
@@ -182,12 +185,31 @@ async function main() {
     memory[config.key] = await runMemory(config)
   }
 
+  // The relay's cost: SQLite WAL polls its log, PostgreSQL LISTENs for the commits.
+  const relayConfigs = ONLY.has('relay')
+    ? CONFIGS.filter((c) => RELAY_DBS.includes(c.key) && (!DBS || DBS.has(c.key)))
+    : []
+  const relay: Record<string, RelayResult | { skipped: string } | { error: string }> = {}
+  for (const config of relayConfigs) {
+    const skipped = await unavailable(config)
+    log(`[${elapsed()}] relay, ${config.key}${skipped ? `: skipped, ${skipped}` : ''}`)
+    if (skipped) {
+      relay[config.key] = { skipped }
+      continue
+    }
+    relay[config.key] = await measureRelay(config, log).catch((error) => {
+      log(`  failed: ${(error as Error).message}`)
+      return { error: (error as Error).message }
+    })
+  }
+
   const checks = [
     ...configs.flatMap((c) => dbChecks(c.key, dbs[c.key])),
     ...(client ? clientChecks(client) : []),
     ...Object.entries(memory).flatMap(([key, runs]) =>
       'skipped' in runs ? [] : memoryChecks(key, runs)
     ),
+    ...Object.entries(relay).flatMap(([key, r]) => ('arms' in r ? relayChecks(key, r) : [])),
   ]
 
   let history: Array<{ date: string; values: Record<string, number | null> }> = []
@@ -224,12 +246,13 @@ async function main() {
       'Fan-out: the inbox is processed after each acknowledgement, as in production; deliveries are sequential with a 2 ms pause.',
       'Client: PayoutsClient with its rate limiter off (the emulator has rate limits off too).',
       'Memory, on SQLite WAL and on PostgreSQL: plugin route (verify, insert, ack), processing deferred, then the insert-only and bare routes, each in a fresh app; RSS after gc() twice.',
+      "Relay, on SQLite WAL and on PostgreSQL: a fresh app per arm, relay off, on, on, off; plugin route with the inbox processed in-process; the relay's statements counted in the app (on PostgreSQL the NOTIFYs apart).",
     ],
-    settings: { ingest: INGEST, fanout: FANOUT, client: CLIENT, memory: MEMORY },
+    settings: { ingest: INGEST, fanout: FANOUT, client: CLIENT, memory: MEMORY, relay: RELAY },
     checks: [...checks, ...kept],
     results: MERGE
-      ? { ...before.results, ...mergedResults(dbs, client, memory) }
-      : { dbs, client, memory },
+      ? { ...before.results, ...mergedResults(dbs, client, memory, relay) }
+      : { dbs, client, memory, relay },
     growth: before.growth,
     history: [...history, { date, values }].slice(-20),
   }

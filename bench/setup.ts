@@ -91,19 +91,20 @@ async function serverAvailable(db: 'pg' | 'mysql'): Promise<string | null> {
 /**
  * Runs `fn` against a fresh app child (bench/app_server.ts) on `config`'s store, on a
  * fresh SQLite file (named after `name`, so that two apps of one store have one each; on
- * PostgreSQL and MySQL each app has its own table prefix); stops it and removes the file
- * afterwards.
+ * PostgreSQL and MySQL each app has its own table prefix), with app_server's switches
+ * `args`; stops it and removes the file afterwards.
  */
 export async function withApp<T>(
   config: DbConfig,
   fn: (child: Child<{ url: string }>) => Promise<T>,
   execArgv: string[] = [],
-  name: string = config.key
+  name: string = config.key,
+  args: string[] = []
 ): Promise<T> {
   const file = sqliteFile(name)
   removeSqlite(file)
   const child = await startChild<{ url: string }>(APP_SERVER, {
-    args: [config.db, file, ...(config.wal ? ['--wal'] : [])],
+    args: [config.db, file, ...(config.wal ? ['--wal'] : []), ...args],
     execArgv,
   })
   try {

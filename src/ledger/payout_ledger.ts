@@ -18,7 +18,14 @@ import type { AppliedBatch, ApplyResult, PayoutObservation } from './vocabulary.
 const DEADLOCK_ATTEMPTS = 3
 
 /** What the ledger's owner runs around a change: inside its transaction and after COMMIT. */
-export type LedgerHooks = ApplyHooks & OutboxHooks
+export type LedgerHooks = ApplyHooks &
+  OutboxHooks & {
+    /**
+     * Runs after the COMMIT of a batch that logged a change or gave a payout its owner, once
+     * per batch and before the change hooks: the relays are told to read (a NOTIFY).
+     */
+    onCommitted?: () => void
+  }
 
 /**
  * The one place payout state changes. Every observation runs in a transaction that locks
@@ -36,6 +43,7 @@ export type LedgerHooks = ApplyHooks & OutboxHooks
 export class PayoutLedger {
   #applier: PayoutApplier
   #outbox: PayoutOutbox
+  #onCommitted?: () => void
 
   constructor(
     private db: Database,
@@ -49,6 +57,7 @@ export class PayoutLedger {
     const lease = { owner: PROCESS_OWNER, ms: notifyLeaseMs }
     this.#applier = new PayoutApplier(hooks, lease)
     this.#outbox = new PayoutOutbox(db, hooks, connection, transactionTimeoutMs, lease)
+    this.#onCommitted = hooks.onCommitted
   }
 
   /** Applies one observation (see `applyBatch`). */
@@ -106,6 +115,9 @@ export class PayoutLedger {
 
   /** Runs the change hooks of an applied batch, after its COMMIT (see `PayoutOutbox`). */
   notifyBatch(batch: NotifiedOutcomes): Promise<void> {
+    if (batch.outcomes.some(({ change, result }) => change || result?.ownerAttached)) {
+      this.#onCommitted?.()
+    }
     return this.#outbox.notifyBatch(batch)
   }
 

@@ -10,8 +10,7 @@ import debug from '../debug.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
 import type { ObservationSource } from '../types/events.ts'
-import { snapshotOf } from './payout_rows.ts'
-import { reduce, type PayoutPosition } from './state_machine.ts'
+import { replayChange } from './change_replay.ts'
 import type { ApplyResult, PayoutChange } from './vocabulary.ts'
 
 /** The hooks the outbox runs after COMMIT. */
@@ -417,17 +416,13 @@ export class PayoutOutbox {
     }
   }
 
-  /** The change a payout_events row applied, replayed from the payout's log up to it. */
+  /** The change a payout_events row applied, replayed from the payout's own rows up to it. */
   async #rebuild(row: PayoutEvent): Promise<PayoutChange<Payout> | null> {
     const client = this.db.connection(this.connection)
     const found = await this.#bounded(
       Payout.query({ client }).where('payout_uuid', row.payoutUuid)
     ).first()
     if (!found) return null
-    // A change of a placeholder since merged goes out as it would have before the merge:
-    // with the read id as its payoutId, and without the UUID's owner.
-    const payout = row.mergedFrom ? snapshotOf(found) : found
-    if (row.mergedFrom) Object.assign(payout, { payoutUuid: row.mergedFrom, ownerId: null })
     // Its own rows only: a merged placeholder's rows moved the placeholder, not this row.
     const history = await this.#bounded(
       PayoutEvent.query({ client })
@@ -438,27 +433,7 @@ export class PayoutOutbox {
         )
         .orderBy('id', 'asc')
     )
-    // Positions as applying saw them: null until a first observation reached the row,
-    // then moved by the applied rows only.
-    let position: PayoutPosition | null = null
-    for (const event of history) {
-      const previous: PayoutPosition | null = position
-      const current: PayoutPosition = event.applied
-        ? reduce(previous, { status: event.status, step: event.step }).next
-        : (previous ?? { status: 'pending', step: null })
-      position = current
-      if (event.id !== row.id) continue
-      return {
-        payout,
-        previous,
-        current,
-        source: row.source as ObservationSource,
-        created: previous === null,
-        eventId: row.id,
-        observedAt: row.observedAt,
-      }
-    }
-    return null
+    return replayChange(found, history, row)
   }
 
   async #markNotified(ids: number[]) {

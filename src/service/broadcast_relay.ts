@@ -1,13 +1,12 @@
 import type { Logger } from '@adonisjs/core/logger'
 import type { Database } from '@adonisjs/lucid/database'
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
+import { CommitListener, isPostgres } from '../database/change_notices.ts'
 import { withStatementTimeout } from '../database/deadline.ts'
 import debug from '../debug.ts'
-import { snapshotOf } from '../ledger/payout_rows.ts'
-import { reduce, type PayoutPosition } from '../ledger/state_machine.ts'
+import { replayChange } from '../ledger/change_replay.ts'
 import { toChangedEvent, type PayoutChange } from '../ledger/vocabulary.ts'
 import { Payout, PayoutEvent } from '../models/main.ts'
-import type { ObservationSource } from '../types/events.ts'
 import type { PayoutsNotifier } from './notifier.ts'
 
 /** Log rows read per statement; a full read is followed by the next one at once. */
@@ -18,6 +17,8 @@ const GAPS_PER_READ = 50
 const START_WINDOW = 1000
 /** Payouts remembered as broadcast without an owner, for the owner's late arrival. */
 const OWNERLESS_KEPT = 10_000
+/** The poll's interval at the least while LISTEN is up (PostgreSQL): a safety net then. */
+const LISTENING_POLL_MS = 1000
 
 /** What the relay needs: the database, where to broadcast, its interval and bounds. */
 export interface BroadcastRelayOptions {
@@ -27,6 +28,11 @@ export interface BroadcastRelayOptions {
   logger: Logger
   /** How often it reads the log (`transmit.relayIntervalMs`). */
   intervalMs: number
+  /**
+   * The channel the committing processes NOTIFY (`changesChannel`): on PostgreSQL the relay
+   * LISTENs on it and reads at once on a notice; its poll goes on, every second at the least.
+   */
+  channel?: string
   /**
    * How long a missing id is waited for: the longest a transaction may stay open
    * (`ledger.transactionTimeoutMs`) and a margin. It also bounds each statement.
@@ -53,8 +59,11 @@ type LogRow = Pick<PayoutEvent, 'id' | 'payoutUuid' | 'applied' | 'mergedFrom'>
  * missing below the frontier is a gap, read back on each tick until it appears or
  * `gapWaitMs` has passed (its transaction rolled back), so no change is skipped and none is
  * sent twice. It starts at the newest change: what was applied before it started is not sent.
+ * On PostgreSQL, with a `channel`, a NOTIFY after each commit wakes it (`CommitListener`).
  */
 export class BroadcastRelay {
+  /** Statements the relays of this process ran (diagnostics: the bench's relay cost). */
+  static statements = 0
   #options: BroadcastRelayOptions
   #frontier: number | null = null
   #gaps: Gap[] = []
@@ -64,23 +73,41 @@ export class BroadcastRelay {
   #tick?: Promise<void>
   #stopped = false
   #failing = false
+  #listener?: CommitListener
+  /** A notice came during a read: another read follows it at once. */
+  #woken = false
 
   constructor(options: BroadcastRelayOptions) {
     this.#options = options
+    const { channel, logger } = options
+    if (channel && isPostgres(this.#client())) {
+      this.#listener = new CommitListener({
+        client: () => this.#client(),
+        channel,
+        logger,
+        onNotice: () => this.#wake(),
+      })
+    }
+  }
+
+  /** Whether a LISTEN connection wakes it now (PostgreSQL). */
+  get listening() {
+    return this.#listener?.listening ?? false
   }
 
   /** Starts following the log from its newest change. */
   start() {
     this.#stopped = false
     if (!this.#timer && !this.#tick) this.#schedule(0)
+    this.#listener?.start()
   }
 
-  /** Stops the timer; the read in hand ends first. */
+  /** Stops the timer and the LISTEN connection; the read in hand ends first. */
   async stop() {
     this.#stopped = true
     clearTimeout(this.#timer)
     this.#timer = undefined
-    await this.#tick
+    await Promise.all([this.#tick, this.#listener?.close()])
   }
 
   /** One read now (tests); answers how many log rows it went through. */
@@ -97,12 +124,27 @@ export class BroadcastRelay {
   #schedule(ms: number) {
     this.#timer = setTimeout(() => {
       this.#timer = undefined
-      this.#tick = this.#run().finally(() => (this.#tick = undefined))
+      this.#tick = this.#run().finally(() => {
+        this.#tick = undefined
+        if (this.#woken) this.#wake()
+      })
     }, ms)
     this.#timer.unref()
   }
 
+  /** A commit was announced: read now, or right after the read in hand. */
+  #wake() {
+    if (this.#stopped) return
+    if (this.#tick) {
+      this.#woken = true
+      return
+    }
+    clearTimeout(this.#timer)
+    this.#schedule(0)
+  }
+
   async #run() {
+    this.#woken = false
     let read = 0
     try {
       read = await this.#read()
@@ -113,7 +155,10 @@ export class BroadcastRelay {
       if (!this.#failing) this.#options.logger.warn({ err: error }, 'payouts relay read failed')
       this.#failing = true
     }
-    if (!this.#stopped) this.#schedule(read >= BATCH ? 0 : this.#options.intervalMs)
+    if (this.#stopped) return
+    const { intervalMs } = this.#options
+    const poll = this.listening ? Math.max(intervalMs, LISTENING_POLL_MS) : intervalMs
+    this.#schedule(read >= BATCH ? 0 : poll)
   }
 
   #client(): QueryClientContract {
@@ -121,6 +166,7 @@ export class BroadcastRelay {
   }
 
   #bounded<Query extends { timeout(ms: number): Query }>(query: Query): Query {
+    BroadcastRelay.statements++
     return withStatementTimeout(query, this.#options.gapWaitMs)
   }
 
@@ -219,7 +265,7 @@ export class BroadcastRelay {
         if (change) this.#options.notifier.broadcast(toChangedEvent(change), { ownerOnly: true })
         continue
       }
-      const change = replayed(found, history, row)
+      const change = replayChange(found, history, row)
       if (!change) continue
       if (!row.mergedFrom) this.#remember(row.payoutUuid, change.payout.ownerId)
       this.#options.notifier.broadcast(toChangedEvent(change))
@@ -265,39 +311,6 @@ export class BroadcastRelay {
 }
 
 /**
- * The change a log row applied, replayed from the payout's own rows up to it (as the outbox
- * rebuilds one): a merged placeholder's row goes out under its read id, without the owner.
- */
-function replayed(
-  found: Payout,
-  history: PayoutEvent[],
-  row: Pick<PayoutEvent, 'id' | 'mergedFrom'>
-): PayoutChange<Payout> | null {
-  const payout = row.mergedFrom ? snapshotOf(found) : found
-  if (row.mergedFrom) Object.assign(payout, { payoutUuid: row.mergedFrom, ownerId: null })
-  let position: PayoutPosition | null = null
-  for (const event of history) {
-    if ((event.mergedFrom ?? null) !== (row.mergedFrom ?? null)) continue
-    const previous: PayoutPosition | null = position
-    const current: PayoutPosition = event.applied
-      ? reduce(previous, { status: event.status, step: event.step }).next
-      : (previous ?? { status: 'pending', step: null })
-    position = current
-    if (event.id !== row.id) continue
-    return {
-      payout,
-      previous,
-      current,
-      source: event.source as ObservationSource,
-      created: previous === null,
-      eventId: event.id,
-      observedAt: event.observedAt,
-    }
-  }
-  return null
-}
-
-/**
  * The position a payout held when its owner arrived (the log row `beforeId`): its last
  * applied change before it, as the notifier's owner announcement carries it.
  */
@@ -308,6 +321,6 @@ function latestBefore(
 ): PayoutChange<Payout> | null {
   const own = history.filter((event) => !event.mergedFrom && event.id < beforeId)
   const last = own.filter((event) => event.applied).at(-1)
-  const change = last ? replayed(found, own, last) : null
+  const change = last ? replayChange(found, own, last) : null
   return change && { ...change, previous: null }
 }

@@ -12,6 +12,7 @@
  */
 import { createHash } from 'node:crypto'
 import type { Logger } from '@adonisjs/core/logger'
+import type { CommitNotices } from '../database/change_notices.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import debug from '../debug.ts'
 import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
@@ -162,17 +163,21 @@ export interface NotifyAfterCommitOptions {
   notifier: PayoutsNotifier
   escrowDeposits: Pick<EscrowDeposits, 'confirmedBy' | 'confirmDetected'>
   logger: Logger
+  /** Told of each COMMIT that logged changes (PostgreSQL: a NOTIFY that wakes the relays). */
+  notices?: Pick<CommitNotices, 'committed'> | null
 }
 
 /**
- * Step 3: the ledger's hooks. After COMMIT, once per real change, the notifier tells it
- * (the deposit it showed first); a deposit the service detected is confirmed inside the
- * change's own transaction, so its event rides on the change's outbox entry.
+ * Step 3: the ledger's hooks. After COMMIT, once per batch, the relays are told to read
+ * (`notices`), then once per real change the notifier tells it (the deposit it showed
+ * first); a deposit the service detected is confirmed inside the change's own transaction,
+ * so its event rides on the change's outbox entry.
  */
 export async function notifyAfterCommit({
   notifier,
   escrowDeposits,
   logger,
+  notices,
 }: NotifyAfterCommitOptions): Promise<LedgerHooks> {
   const { toChangedEvent } = await import('../ledger/vocabulary.ts')
   return {
@@ -186,5 +191,6 @@ export async function notifyAfterCommit({
     },
     onOwnerAttached: (change) => notifier.ownerAttached(toChangedEvent(change)),
     inTransaction: (trx, changes) => escrowDeposits.confirmDetected(trx, changes),
+    onCommitted: notices ? () => notices.committed() : undefined,
   }
 }

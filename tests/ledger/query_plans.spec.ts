@@ -3,7 +3,7 @@ import type { Database } from '@adonisjs/lucid/database'
 import { Logger } from '@adonisjs/core/logger'
 import { DateTime } from 'luxon'
 import { tableNames } from '../../src/database/schema.ts'
-import { defineConfig } from '../../src/define_config.ts'
+import { validateConfig } from '../../src/define_config.ts'
 import type { Reachability } from '../../src/health/reachability.ts'
 import { EscrowDeposits } from '../../src/ledger/escrow_deposits.ts'
 import { EscrowFallback } from '../../src/jobs/escrow_fallback.ts'
@@ -121,7 +121,7 @@ test.group(`Ledger | query plans on a large ledger (${TEST_DB})`, (group) => {
     await analyzeLedger(client, prefix)
     const large = [t.payouts, t.payoutEvents, t.webhookDeliveries, t.escrowDeposits]
 
-    const config = defineConfig({
+    const config = validateConfig({
       apiKey: TEST_API_KEY,
       baseUrl: 'http://127.0.0.1:9',
       ledger: { tablePrefix: prefix },

@@ -48,8 +48,9 @@ export interface ChildOptions {
    */
   transmit?: 'memory' | 'redis'
   redisChannel?: string
-  /** `transmit.relay`. */
+  /** `transmit.relay`, `transmit.relayIntervalMs`. */
   relay?: boolean | 'auto'
+  relayIntervalMs?: number
   /** `webhook.processing` of the web process (`worker` by default). */
   processing?: 'inline' | 'worker'
 }
@@ -98,7 +99,10 @@ export function payoutsConfig(options: ChildOptions) {
       ...(options.notifyLeaseMs ? { notifyLeaseMs: options.notifyLeaseMs } : {}),
     },
     jobs: { reconcileEveryMs: 0, escrowEveryMs: 0, recoverEveryMs: 0 },
-    ...(options.relay !== undefined ? { transmit: { relay: options.relay } } : {}),
+    transmit: {
+      ...(options.relay !== undefined ? { relay: options.relay } : {}),
+      ...(options.relayIntervalMs ? { relayIntervalMs: options.relayIntervalMs } : {}),
+    },
     ledger: { tablePrefix: options.prefix, transactionTimeoutMs: 20_000 },
   }
 }

@@ -3,6 +3,7 @@ import { rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { tmpdir } from 'node:os'
 import { test } from '@japa/runner'
+import type { Database } from '@adonisjs/lucid/database'
 import { PayoutEvent } from '../../src/models/main.ts'
 import { openDatabase, readLog, sleep, waitFor } from '../chaos/helpers.ts'
 import { TEST_DB } from '../helpers/database.ts'
@@ -25,7 +26,7 @@ async function setup(cleanup: Cleanup, extra: Partial<ChildOptions> = {}) {
   cleanup(async () => {
     await Promise.all([sqliteFile, eventsFile].map((file) => rm(file, { force: true })))
   })
-  const { prefix } = await openDatabase(cleanup, sqliteFile, () => false)
+  const { db, prefix } = await openDatabase(cleanup, sqliteFile, () => false)
   const env: Record<string, string> = TEST_DB !== 'sqlite' ? {} : { SVC_TEST_SQLITE: sqliteFile }
   const options: ChildOptions = {
     prefix,
@@ -41,7 +42,7 @@ async function setup(cleanup: Cleanup, extra: Partial<ChildOptions> = {}) {
     return { web, url: url as string }
   }
   const startWorker = () => spawnChild(cleanup, 'worker_app.ts', options, env)
-  return { options, startWeb, startWorker }
+  return { db, options, startWeb, startWorker }
 }
 
 /** The status updates the suite posts for a payout after its `payout.created`. */
@@ -78,15 +79,16 @@ function appliedChanges(payoutId: string, count: number) {
   )
 }
 
-/** Waits for `count` messages of `payoutId`, then a while for any extra one. */
+/** Waits for `count` messages of `payoutId` (30 s at most), then a while for any extra one. */
 async function messagesOf(
   received: Array<{ at: number; message: any }>,
   payoutId: string,
-  count: number
+  count: number,
+  timeoutMs = 30_000
 ) {
   const of = () => received.filter(({ message }) => message.payoutId === payoutId)
   await waitFor(`${count} broadcasts of ${payoutId}`, () => of().length >= count, {
-    timeoutMs: 30_000,
+    timeoutMs,
     everyMs: 20,
   }).catch(() => {})
   // Long enough for a doubled broadcast (a relay tick, a Redis hop) to show up.
@@ -265,4 +267,97 @@ test.group(`Relay | Transmit's Redis transport (${TEST_DB})`, () => {
       )
     }
   }).timeout(90_000)
+})
+
+/** The backends LISTENing for the ledger's commits (its relays' connections). */
+async function listeners(db: Database, prefix: string): Promise<number[]> {
+  const { rows } = await db
+    .connection()
+    .rawQuery('SELECT pid FROM pg_stat_activity WHERE query = ?', [
+      `LISTEN "${prefix}payout_events"`,
+    ])
+  return rows.map((row: { pid: number }) => row.pid)
+}
+
+/** The relay's poll in this group: far longer than any wait below, so a notice must wake it. */
+const SLOW_POLL_MS = 60_000
+/** How long a change may take to arrive: a notice does it within a second or so. */
+const NOTICE_WAIT_MS = 15_000
+
+/** A web process with a slow poll and a worker, once the relay LISTENs; its connection's pid. */
+async function listeningShape(cleanup: Cleanup) {
+  const shape = await setup(cleanup, { relayIntervalMs: SLOW_POLL_MS })
+  const { url } = await shape.startWeb()
+  shape.startWorker()
+  const [pid] = await waitFor(
+    'the relay listening',
+    async () => {
+      const pids = await listeners(shape.db, shape.options.prefix)
+      return pids.length === 1 && pids
+    },
+    { timeoutMs: 30_000 }
+  )
+  return { ...shape, url, pid }
+}
+
+test.group(`Relay | PostgreSQL LISTEN/NOTIFY (${TEST_DB})`, () => {
+  test("the worker's NOTIFY wakes the relay: its changes arrive long before its poll", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { options, url } = await listeningShape(cleanup)
+    const payoutId = randomUUID()
+    const { received } = await listen(cleanup, url, `payouts/${payoutId}`)
+    await postEvent(url, 'payout.created', { payoutId })
+    await postUpdates(url, payoutId, UPDATES.slice(0, 1))
+
+    const ids = await appliedChanges(payoutId, 2)
+    const heard = await messagesOf(received, payoutId, 2, NOTICE_WAIT_MS)
+    assert.deepEqual(
+      heard.map(({ message }) => message.eventId),
+      ids,
+      'each change once, woken by the notice'
+    )
+    const fired = readLog(options.eventsFile!) as unknown as Array<{ eventId: string; at: number }>
+    const delays = heard.map(
+      ({ at, message }) => at - fired.find((line) => line.eventId === message.eventId)!.at
+    )
+    console.log(
+      `relay delays after the worker's commit, poll ${SLOW_POLL_MS} ms (ms): ${delays.join(', ')}`
+    )
+  })
+    .skip(TEST_DB !== 'pg', "LISTEN/NOTIFY is PostgreSQL's")
+    .timeout(90_000)
+
+  test('a LISTEN connection terminated is opened again, and the changes still arrive', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, options, url, pid: first } = await listeningShape(cleanup)
+    const payoutId = randomUUID()
+    const { received } = await listen(cleanup, url, `payouts/${payoutId}`)
+    await postEvent(url, 'payout.created', { payoutId })
+    assert.lengthOf(await messagesOf(received, payoutId, 1, NOTICE_WAIT_MS), 1)
+
+    await db.connection().rawQuery('SELECT pg_terminate_backend(?)', [first])
+    await waitFor(
+      'the relay listening again',
+      async () => {
+        const pids = await listeners(db, options.prefix)
+        return pids.length === 1 && pids[0] !== first
+      },
+      { timeoutMs: NOTICE_WAIT_MS }
+    )
+    await postUpdates(url, payoutId, UPDATES)
+
+    const ids = await appliedChanges(payoutId, 4)
+    const heard = await messagesOf(received, payoutId, 4, NOTICE_WAIT_MS)
+    assert.deepEqual(
+      heard.map(({ message }) => message.eventId),
+      ids,
+      'each change once, the later ones through the new connection'
+    )
+  })
+    .skip(TEST_DB !== 'pg', "LISTEN/NOTIFY is PostgreSQL's")
+    .timeout(90_000)
 })
