@@ -1,7 +1,6 @@
 import { readdir, readFile } from 'node:fs/promises'
 import type Configure from '@adonisjs/core/commands/configure'
-import { API_KEY_PATTERN } from './src/schemas/common.ts'
-import { DEFAULT_TABLE_PREFIX, DEFAULT_WEBHOOK_PATH } from './src/constants.ts'
+import { API_KEY_PATTERN, DEFAULT_TABLE_PREFIX, DEFAULT_WEBHOOK_PATH } from './src/constants.ts'
 import { stubsRoot } from './stubs/main.ts'
 
 const SANDBOX_DEFAULT_URL = 'http://127.0.0.1:4010'

@@ -1,12 +1,15 @@
+import { configProvider } from '@adonisjs/core'
 import type { ApplicationService } from '@adonisjs/core/types'
+import { modelTablesFrom, pointModels } from '../src/database/model_tables.ts'
 import type { PayoutsConfig } from '../src/define_config.ts'
 import { hostLockServices } from '../src/service/host_services.ts'
 import { PayoutsService } from '../src/service/payouts_service.ts'
 import '../src/types/extended.ts'
 
 /**
- * Binds the payouts service as a lazy singleton. Heavy modules (the client, Lucid
- * models) are loaded on first use, so `node ace` commands that do not need them stay fast.
+ * Binds the payouts service as a lazy singleton. Heavy modules (the client and undici, the
+ * config's validator and zod, the Lucid models) are loaded on first use, so `node ace`
+ * commands that do not need them stay fast (tests/integration/lazy_loading.spec.ts).
  */
 export default class PayoutsProvider {
   #service?: PayoutsService
@@ -16,6 +19,7 @@ export default class PayoutsProvider {
 
   register() {
     this.registerService()
+    this.registerModelTables()
   }
 
   async boot() {
@@ -34,13 +38,19 @@ export default class PayoutsProvider {
   }
 
   /**
-   * `config/payouts.ts` through `defineConfig`, once. Validated here too, so a plain
-   * object (or a config edited by hand) is reported with its key.
+   * `config/payouts.ts` validated, once: `defineConfig`'s provider resolved, or a plain
+   * object (a config edited by hand) validated here, so either is reported with its key.
    */
   async #validatedConfig(): Promise<PayoutsConfig> {
     if (!this.#config) {
-      const { defineConfig } = await import('../src/define_config.ts')
-      this.#config = defineConfig(this.app.config.get('payouts'))
+      const config = this.app.config.get<unknown>('payouts')
+      const resolved = await configProvider.resolve<PayoutsConfig>(this.app, config)
+      if (resolved) {
+        this.#config = resolved
+      } else {
+        const { validateConfig } = await import('../src/define_config.ts')
+        this.#config = validateConfig(config as Parameters<typeof validateConfig>[0])
+      }
     }
     return this.#config
   }
@@ -53,16 +63,21 @@ export default class PayoutsProvider {
     return this.#validatedConfig().catch(() => null)
   }
 
-  /** The service as a lazy singleton, by class and as `payouts.manager`. */
+  /**
+   * The service as a lazy singleton, by class and as `payouts.manager`. The class is small;
+   * the client and the wiring load in the factory.
+   */
   protected registerService() {
     this.app.container.singleton(PayoutsService, async (resolver) => {
       const config = await this.#validatedConfig()
       const logger = await resolver.make('logger')
       const emitter = await resolver.make('emitter')
+      const { createClient } = await import('../src/service/wiring.ts')
       const hasLucid = this.app.container.hasBinding('lucid.db')
       this.#service = new PayoutsService(config, {
         logger,
         emitter,
+        createClient: () => createClient(config, logger),
         database: hasLucid ? () => this.app.container.make('lucid.db') : undefined,
         encryption: () => this.app.container.make('encryption'),
         httpServer: () => this.app.container.make('server'),
@@ -74,27 +89,40 @@ export default class PayoutsProvider {
     this.app.container.alias('payouts.manager', PayoutsService)
   }
 
-  /** Points the models at the configured tables before any host code queries them. */
+  /**
+   * Where the models find their tables: this app's validated config, read when the models
+   * load (host code, the service), not at boot.
+   */
+  protected registerModelTables() {
+    modelTablesFrom(async () => {
+      if (!this.app.container.hasBinding('lucid.db')) return null
+      const config = await this.#configIfValid()
+      return config?.ledger.enabled ? config.ledger : null
+    })
+  }
+
+  /**
+   * Points the models at the configured tables before any host code queries them, when they
+   * are loaded already (another app in this process); otherwise they are as they load.
+   */
   protected async pointModelsAtConfiguredTables() {
-    if (!this.app.container.hasBinding('lucid.db')) return
-    const config = await this.#configIfValid()
-    if (!config?.ledger.enabled) return
-    const { configureModels } = await import('../src/models/main.ts')
-    configureModels(config.ledger.tablePrefix, config.ledger.connection)
+    await pointModels()
   }
 
   /**
    * Swaps the stock bodyparser for one that skips the webhook route, so its handler reads
-   * the untouched request stream (the host app's kernel stays as it is).
+   * the untouched request stream (the host app's kernel stays as it is). The config is read
+   * when the bodyparser is first resolved; when it is invalid, the stock one serves.
    */
   protected async skipBodyParserOnWebhookRoute() {
-    const config = await this.#configIfValid()
-    if (!config) return
     const { default: BodyParserMiddleware } = await import('@adonisjs/core/bodyparser_middleware')
-    const { createSkippingBodyParser } = await import('../src/webhooks/skipping_bodyparser.ts')
-    const Skipping = createSkippingBodyParser(() => config.webhook.path)
-    this.app.container.singleton(BodyParserMiddleware, () => {
-      return new Skipping(this.app.config.get('bodyparser'), this.app.experimentalFlags)
+    this.app.container.singleton(BodyParserMiddleware, async () => {
+      const bodyparser = this.app.config.get<any>('bodyparser')
+      const config = await this.#configIfValid()
+      if (!config) return new BodyParserMiddleware(bodyparser, this.app.experimentalFlags)
+      const { createSkippingBodyParser } = await import('../src/webhooks/skipping_bodyparser.ts')
+      const Skipping = createSkippingBodyParser(() => config.webhook.path)
+      return new Skipping(bodyparser, this.app.experimentalFlags)
     })
   }
 

@@ -1,9 +1,8 @@
 import { inspect } from 'node:util'
 import { z } from 'zod'
-import { API_KEY_PATTERN } from './schemas/common.ts'
 import { E_INVALID_PAYOUTS_CONFIG } from './errors.ts'
 import { redactCredentials } from './client/redact.ts'
-import { DEFAULT_TABLE_PREFIX, DEFAULT_WEBHOOK_PATH } from './constants.ts'
+import { API_KEY_PATTERN, DEFAULT_TABLE_PREFIX, DEFAULT_WEBHOOK_PATH } from './constants.ts'
 
 const retrySchema = z
   .object({
@@ -216,7 +215,11 @@ export const payoutsConfigSchema = z.object({
        * worker's broadcasts otherwise). See docs/production.md.
        */
       relay: z.union([z.literal('auto'), z.boolean()]).default('auto'),
-      /** How often the relay reads the changes applied since its last read. */
+      /**
+       * How often the relay reads the changes applied since its last read. On PostgreSQL a
+       * NOTIFY from the committing process wakes it at once; while it LISTENs, it polls
+       * only every `max(relayIntervalMs, 1000)` ms, as a safety net.
+       */
       relayIntervalMs: z.number().int().min(10).max(60_000).default(250),
     })
     .prefault({}),
@@ -285,10 +288,11 @@ export type PayoutsConfigInput = z.input<typeof payoutsConfigSchema>
 export type PayoutsConfig = z.output<typeof payoutsConfigSchema>
 
 /**
- * Defines the plugin's config. Validation happens here, so a wrong value fails at boot
- * with the offending key named (never its value: it may be a secret).
+ * Validates the plugin's config and fills in its defaults; a wrong value fails with the
+ * offending key named (never its value: it may be a secret). `defineConfig` (config.ts)
+ * calls it on first use, so this module and zod load only then.
  */
-export function defineConfig(config: PayoutsConfigInput): PayoutsConfig {
+export function validateConfig(config: PayoutsConfigInput): PayoutsConfig {
   const result = payoutsConfigSchema.safeParse(config)
   if (!result.success) {
     const issue = result.error.issues[0]

@@ -1,4 +1,5 @@
 import { DEFAULT_TABLE_PREFIX } from '../constants.ts'
+import { modelsLoaded } from '../database/model_tables.ts'
 import { tableNames } from '../database/schema.ts'
 import EscrowDeposit from './escrow_deposit.ts'
 import ExecutionIntent from './execution_intent.ts'
@@ -27,3 +28,6 @@ export function configureModels(prefix = DEFAULT_TABLE_PREFIX, connection?: stri
     model.connection = connection
   }
 }
+
+// Loaded after the app booted (host code, the service): the app's tables, from its config.
+await modelsLoaded(({ tablePrefix, connection }) => configureModels(tablePrefix, connection))

@@ -8,8 +8,7 @@ export const idempotencyKeySchema = z
   .string()
   .regex(/^[A-Za-z0-9_-]{8,255}$/, 'must be 8 to 255 url-safe characters (A-Z a-z 0-9 _ -)')
 
-/** API keys: sk_<env>_ followed by 43 url-safe base64 characters (spec, Authentication 2). */
-export const API_KEY_PATTERN = /^sk_(live|test)_[A-Za-z0-9_-]{43}$/
+export { API_KEY_PATTERN } from '../constants.ts'
 
 export const uuidSchema = z.uuid()
 export const currencySchema = z.string().min(2).max(12)

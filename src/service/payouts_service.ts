@@ -19,7 +19,7 @@ import {
   type ChannelBroadcaster,
 } from './notifier.ts'
 import { webhookSubscriptions } from './webhook_subscriptions.ts'
-import { buildParts, createClient, type PayoutsServiceDeps, type ServiceParts } from './wiring.ts'
+import type { PayoutsServiceDeps, ServiceParts } from './wiring.ts'
 
 export type { ChannelAuthorizers, ChannelBroadcaster } from './notifier.ts'
 export type { PayoutsServiceDeps, ServiceParts } from './wiring.ts'
@@ -67,7 +67,7 @@ export class PayoutsService {
   /** The framework-free API client, created on first use (the fake's while faked). */
   get client(): PayoutsClient {
     if (this.#fake) return this.#fake.client
-    this.#client ??= createClient(this.config, this.#deps.logger)
+    this.#client ??= this.#deps.createClient()
     return this.#client
   }
 
@@ -120,18 +120,23 @@ export class PayoutsService {
     this.#reachability = undefined
   }
 
-  /** Ledger, executor and inbox, built once on first use (Lucid loaded lazily). */
+  /** Ledger, executor and inbox, built once on first use (wiring and Lucid loaded lazily). */
   parts(): Promise<ServiceParts> {
     const { database } = this.#deps
     if (!this.config.ledger.enabled || !database) {
       return Promise.reject(new E_PAYOUTS_FEATURE_DISABLED(['ledger']))
     }
-    this.#parts ??= buildParts({
-      config: this.config,
-      deps: { ...this.#deps, database },
-      client: this.client,
-      notifier: this.#notifier,
-    })
+    if (!this.#parts) {
+      const client = this.client
+      this.#parts = import('./wiring.ts').then(({ buildParts }) =>
+        buildParts({
+          config: this.config,
+          deps: { ...this.#deps, database },
+          client,
+          notifier: this.#notifier,
+        })
+      )
+    }
     return this.#parts
   }
 
@@ -164,9 +169,10 @@ export class PayoutsService {
       return
     }
     this.#relay ??= (async () => {
-      const [{ BroadcastRelay }, { configureModels }] = await Promise.all([
+      const [{ BroadcastRelay }, { configureModels }, { changesChannel }] = await Promise.all([
         import('./broadcast_relay.ts'),
         import('../models/main.ts'),
+        import('../database/change_notices.ts'),
       ])
       const { connection, tablePrefix, transactionTimeoutMs } = this.config.ledger
       configureModels(tablePrefix, connection)
@@ -176,6 +182,8 @@ export class PayoutsService {
         notifier: this.#notifier,
         logger,
         intervalMs: this.config.transmit.relayIntervalMs,
+        // PostgreSQL: the committing process's NOTIFY wakes it (see `CommitNotices`).
+        channel: changesChannel(tablePrefix),
         // A transaction cannot stay open longer: past it, a missing id never commits.
         gapWaitMs: transactionTimeoutMs + 5000,
       })

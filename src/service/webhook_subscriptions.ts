@@ -1,4 +1,5 @@
-import { PayoutsApiError, type PayoutsClient } from '../client/main.ts'
+import { PayoutsApiError } from '../client/errors.ts'
+import type { PayoutsClient } from '../client/main.ts'
 import {
   E_WEBHOOK_ROTATION_UNCONFIRMED,
   E_WEBHOOK_SECRET_NOT_STORED,

@@ -16,11 +16,16 @@ import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
 import type { InboxStore } from '../webhooks/inbox_store.ts'
 import type { SecretCipher, SecretStore } from '../webhooks/secret_store.ts'
 import { clientRetries } from './client_retries.ts'
-import type { PayoutsNotifier } from './notifier.ts'
+import { relayEnabled, type PayoutsNotifier } from './notifier.ts'
 
 /** What the service needs from the host app; all resolved lazily. */
 export interface PayoutsServiceDeps extends HostLockServices {
   logger: Logger
+  /**
+   * Creates the API client on first use (`createClient` below, given the config): the client,
+   * undici and zod load with this module, which the service imports only when it runs.
+   */
+  createClient: () => PayoutsClient
   emitter?: EmitterService
   /** The app's encryption (APP_KEY), for signing secrets stored by the commands. */
   encryption?: () => Promise<SecretCipher>
@@ -110,6 +115,7 @@ export async function buildParts({
     { EscrowFallback },
     { EscrowDeposits },
     pipeline,
+    { CommitNotices, changesChannel, isPostgres },
   ] = await Promise.all([
     import('../models/main.ts'),
     import('../database/schema.ts'),
@@ -122,6 +128,7 @@ export async function buildParts({
     import('../jobs/escrow_fallback.ts'),
     import('../ledger/escrow_deposits.ts'),
     import('./pipeline.ts'),
+    import('../database/change_notices.ts'),
   ])
   const { logger } = deps
   const { tablePrefix, connection, transactionTimeoutMs } = config.ledger
@@ -150,7 +157,17 @@ export async function buildParts({
     connection,
     confirmAfterMinutes: config.jobs.escrowConfirmAfterMinutes,
   })
-  const hooks = await pipeline.notifyAfterCommit({ notifier, escrowDeposits, logger })
+  // PostgreSQL, the relay on: each COMMIT of changes wakes the web processes' relays.
+  const notices =
+    relayEnabled(config, deps.transmitTransport?.() ?? false) &&
+    isPostgres(db.connection(connection))
+      ? new CommitNotices(
+          () => db.connection(connection),
+          changesChannel(tablePrefix),
+          transactionTimeoutMs
+        )
+      : null
+  const hooks = await pipeline.notifyAfterCommit({ notifier, escrowDeposits, logger, notices })
   const ledger = new PayoutLedger(
     db,
     hooks,

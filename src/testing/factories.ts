@@ -3,10 +3,8 @@ import factory from '@adonisjs/lucid/factories'
 import { DateTime } from 'luxon'
 import { PROCESSING_STEPS, type PayoutStatus, type PayoutStep } from '../schemas/common.ts'
 import { isTerminal } from '../ledger/state_machine.ts'
-import Payout from '../models/payout.ts'
-import PayoutEvent from '../models/payout_event.ts'
-import Recipient from '../models/recipient.ts'
-import WebhookDelivery from '../models/webhook_delivery.ts'
+// Through main.ts: the models are pointed at the app's tables as they load.
+import { Payout, PayoutEvent, Recipient, WebhookDelivery } from '../models/main.ts'
 
 /** A position the ledger can hold: a status and the step it stands at. */
 export interface FactoryPosition {

@@ -4,7 +4,7 @@ import { HealthChecks } from '@adonisjs/core/health'
 import PayoutsStatus from '../../commands/payouts_status.ts'
 import PayoutsWebhooksList from '../../commands/payouts_webhooks_list.ts'
 import { redactCredentials } from '../../src/client/redact.ts'
-import { defineConfig } from '../../src/define_config.ts'
+import { validateConfig } from '../../src/define_config.ts'
 import { PayoutsCheck } from '../../src/health/main.ts'
 import { startEmulator } from '../emulator/helpers.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
@@ -46,7 +46,7 @@ test.group('Redacting credentials in URLs', () => {
   })
 
   test('the config shows no credentials of baseUrl, websocketUrl nor jobs.redis', ({ assert }) => {
-    const config = defineConfig({
+    const config = validateConfig({
       baseUrl: `https://payouts-user:${PASSWORD}@payouts.example`,
       events: { websocketUrl: `wss://payouts-user:${PASSWORD}@payouts.example/ws` },
       jobs: { redis: `redis://:${PASSWORD}@redis.example:6379` },

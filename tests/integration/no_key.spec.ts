@@ -1,6 +1,6 @@
 import { test } from '@japa/runner'
 import PayoutsCoverage from '../../commands/payouts_coverage.ts'
-import { defineConfig } from '../../src/define_config.ts'
+import { validateConfig } from '../../src/define_config.ts'
 import { createApp } from '../helpers/app.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
 
@@ -47,13 +47,13 @@ test.group('No API key yet', () => {
     assert.isTrue(warnings.some((line) => line.includes('PAYOUTS_API_KEY is not set')))
   })
 
-  test('a malformed key still fails at boot, naming the variable and never the value', ({
+  test('a malformed key fails validation, naming the variable and never the value', ({
     assert,
   }) => {
     const apiKey = 'sk_test_not-quite-a-key'
-    const boot = () => defineConfig({ apiKey, baseUrl: 'http://127.0.0.1:4010' })
+    const boot = () => validateConfig({ apiKey, baseUrl: 'http://127.0.0.1:4010' })
     assert.throws(boot, /apiKey must be .*PAYOUTS_API_KEY/)
     assert.throws(boot, /^(?![\s\S]*not-quite-a-key)/)
-    assert.doesNotThrow(() => defineConfig({ baseUrl: 'http://127.0.0.1:4010' }))
+    assert.doesNotThrow(() => validateConfig({ baseUrl: 'http://127.0.0.1:4010' }))
   })
 })

@@ -1,8 +1,9 @@
 import { test } from '@japa/runner'
-import { inject } from '@adonisjs/core'
+import { configProvider, inject } from '@adonisjs/core'
 import { PayoutsService } from '../../src/service/payouts_service.ts'
 import { PayoutsClient } from '../../src/client/main.ts'
-import { defineConfig } from '../../src/define_config.ts'
+import { validateConfig } from '../../src/define_config.ts'
+import { defineConfig } from '../../src/config.ts'
 import { ExceptionHandler } from '@adonisjs/core/http'
 import { request as httpRequest } from 'undici'
 import PayoutsStatus from '../../commands/payouts_status.ts'
@@ -53,21 +54,38 @@ test.group('Provider | container bindings', () => {
     const app = await createApp({ timeoutMs: -5 }, cleanup)
     await assert.rejects(() => app.container.make('payouts.manager'), /timeoutMs/)
     const bad = { apiKey: 'sk_test_short', baseUrl: 'http://127.0.0.1' }
-    assert.throws(() => defineConfig(bad), /apiKey must be sk_live_ or sk_test_/)
-    assert.throws(() => defineConfig(bad), /^(?![\s\S]*sk_test_short)/)
+    assert.throws(() => validateConfig(bad), /apiKey must be sk_live_ or sk_test_/)
+    assert.throws(() => validateConfig(bad), /^(?![\s\S]*sk_test_short)/)
+  })
+
+  test('defineConfig gives a config provider, validated when the service is first resolved', async ({
+    assert,
+    cleanup,
+  }) => {
+    const defined = defineConfig({ apiKey: TEST_API_KEY, baseUrl: 'http://x.test', timeoutMs: 5 })
+    assert.equal(defined.type, 'provider')
+    const app = await createApp({}, cleanup, { payouts: defined })
+    const payouts = await app.container.make('payouts.manager')
+    assert.equal(payouts.config.timeoutMs, 5)
+    assert.equal(payouts.config.retry.maxRetryAfterMs, 120_000)
+
+    const wrong = defineConfig({ apiKey: 'sk_test_short', baseUrl: 'http://x.test' })
+    const wrongApp = await createApp({}, cleanup, { payouts: wrong })
+    await assert.rejects(() => wrongApp.container.make('payouts.manager'), /apiKey must be sk_/)
+    await assert.rejects(() => configProvider.resolve(wrongApp, wrong), /^(?!.*sk_test_short)/)
   })
 
   test('retry.maxRetryAfterMs defaults to 120 s and must be a positive integer', ({ assert }) => {
     const base = { apiKey: TEST_API_KEY, baseUrl: 'http://x.test' }
-    assert.equal(defineConfig(base).retry.maxRetryAfterMs, 120_000)
-    assert.equal(defineConfig({ ...base, retry: {} }).retry.maxRetryAfterMs, 120_000)
+    assert.equal(validateConfig(base).retry.maxRetryAfterMs, 120_000)
+    assert.equal(validateConfig({ ...base, retry: {} }).retry.maxRetryAfterMs, 120_000)
     assert.equal(
-      defineConfig({ ...base, retry: { maxRetryAfterMs: 300_000 } }).retry.maxRetryAfterMs,
+      validateConfig({ ...base, retry: { maxRetryAfterMs: 300_000 } }).retry.maxRetryAfterMs,
       300_000
     )
     for (const bad of [0, -1, 1.5]) {
       assert.throws(
-        () => defineConfig({ ...base, retry: { maxRetryAfterMs: bad } }),
+        () => validateConfig({ ...base, retry: { maxRetryAfterMs: bad } }),
         /retry\.maxRetryAfterMs/
       )
     }
@@ -78,14 +96,14 @@ test.group('Provider | container bindings', () => {
   }) => {
     const base = { apiKey: TEST_API_KEY, baseUrl: 'http://127.0.0.1' }
     const open = { ...base, webhook: { secret: 'whsec_new', previousSecret: 'whsec_old' } }
-    assert.throws(() => defineConfig(open), /webhook\.previousSecretValidUntil is required/)
-    assert.throws(() => defineConfig(open), /^(?![\s\S]*whsec_old)/)
-    const ended = defineConfig({
+    assert.throws(() => validateConfig(open), /webhook\.previousSecretValidUntil is required/)
+    assert.throws(() => validateConfig(open), /^(?![\s\S]*whsec_old)/)
+    const ended = validateConfig({
       ...base,
       webhook: { ...open.webhook, previousSecretValidUntil: '2030-01-01T00:00:00Z' },
     })
     assert.equal(ended.webhook.previousSecretValidUntil, '2030-01-01T00:00:00Z')
-    assert.notProperty(defineConfig(base).webhook, 'rotationGraceMs')
+    assert.notProperty(validateConfig(base).webhook, 'rotationGraceMs')
   })
 
   test('shutdown closes the client and drops it', async ({ assert, cleanup }) => {
@@ -94,7 +112,10 @@ test.group('Provider | container bindings', () => {
     const client = payouts.client
     await app.terminate()
     assert.notStrictEqual(payouts.client, client)
-    assert.equal(defineConfig({ apiKey: TEST_API_KEY, baseUrl: 'http://x.test' }).timeoutMs, 30000)
+    assert.equal(
+      validateConfig({ apiKey: TEST_API_KEY, baseUrl: 'http://x.test' }).timeoutMs,
+      30000
+    )
   })
 })
 

@@ -3,7 +3,7 @@ import { test } from '@japa/runner'
 import { defineConfig as defineLockConfig, stores } from '@adonisjs/lock'
 import type { ApplicationService } from '@adonisjs/core/types'
 import { dropPayoutsTables, tableNames } from '../../src/database/schema.ts'
-import { defineConfig } from '../../src/define_config.ts'
+import { validateConfig } from '../../src/define_config.ts'
 import { BASE_URL, TEST_API_KEY } from '../helpers/app.ts'
 import { connectionConfig, createAllPayoutsTables, TEST_DB } from '../helpers/database.ts'
 import { bootHostApp } from '../helpers/host_app.ts'
@@ -140,9 +140,12 @@ test.group(`Jobs | the host app's @adonisjs/lock (${TEST_DB})`, () => {
 
   test('jobs.redis is a redis:// URL or a connection name; jobs.lockStore a name', ({ assert }) => {
     const base = { apiKey: TEST_API_KEY, baseUrl: 'http://127.0.0.1:9' }
-    assert.equal(defineConfig({ ...base, jobs: { redis: 'main' } }).jobs.redis, 'main')
-    assert.equal(defineConfig({ ...base, jobs: { lockStore: 'redis' } }).jobs.lockStore, 'redis')
-    assert.throws(() => defineConfig({ ...base, jobs: { redis: 'http://x:6379' } }), /jobs\.redis/)
-    assert.throws(() => defineConfig({ ...base, jobs: { redis: 'two words' } }), /jobs\.redis/)
+    assert.equal(validateConfig({ ...base, jobs: { redis: 'main' } }).jobs.redis, 'main')
+    assert.equal(validateConfig({ ...base, jobs: { lockStore: 'redis' } }).jobs.lockStore, 'redis')
+    assert.throws(
+      () => validateConfig({ ...base, jobs: { redis: 'http://x:6379' } }),
+      /jobs\.redis/
+    )
+    assert.throws(() => validateConfig({ ...base, jobs: { redis: 'two words' } }), /jobs\.redis/)
   })
 })

@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto'
 import { test } from '@japa/runner'
 import { Redis } from 'ioredis'
-import { defineConfig } from '../../src/define_config.ts'
+import { validateConfig } from '../../src/define_config.ts'
 import { createJobLocks } from '../../src/jobs/locks.ts'
 import { JobScheduler, type ScheduledJob } from '../../src/jobs/scheduler.ts'
 import { PayoutsService } from '../../src/service/payouts_service.ts'
+import { createClient } from '../../src/service/wiring.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { tickTogether } from './helpers.ts'
@@ -115,7 +116,7 @@ test.group(`Jobs | locks on Redis (${TEST_DB})`, () => {
     const { db, prefix: tablePrefix } = await setupDatabase(cleanup, 'redis-locks')
     const { url, prefix, admin } = redisNamespace(cleanup)
     const intervalMs = 500
-    const config = defineConfig({
+    const config = validateConfig({
       apiKey: TEST_API_KEY,
       baseUrl: 'http://127.0.0.1:9',
       jobs: {
@@ -135,7 +136,11 @@ test.group(`Jobs | locks on Redis (${TEST_DB})`, () => {
         if (msg === 'payouts job ran') runs.push({ instance, job: obj.job, at: Date.now() })
         info(obj, msg)
       }
-      const created = new PayoutsService(config, { logger, database: async () => db })
+      const created = new PayoutsService(config, {
+        logger,
+        createClient: () => createClient(config, logger),
+        database: async () => db,
+      })
       cleanup(() => created.close())
       return { service: created, lines }
     }
@@ -248,11 +253,11 @@ test.group(`Jobs | locks on Redis (${TEST_DB})`, () => {
   }) => {
     const base = { apiKey: TEST_API_KEY, baseUrl: 'http://127.0.0.1:9' }
     assert.throws(
-      () => defineConfig({ ...base, jobs: { redis: 'http://127.0.0.1:6379' } }),
+      () => validateConfig({ ...base, jobs: { redis: 'http://127.0.0.1:6379' } }),
       /jobs\.redis/
     )
     assert.equal(
-      defineConfig({ ...base, jobs: { redis: 'rediss://cache.internal:6380/2' } }).jobs.redis,
+      validateConfig({ ...base, jobs: { redis: 'rediss://cache.internal:6380/2' } }).jobs.redis,
       'rediss://cache.internal:6380/2'
     )
     const { db, prefix } = await setupDatabase(cleanup, 'redis-locks')

@@ -4,7 +4,7 @@ import type { Database } from '@adonisjs/lucid/database'
 import PayoutsPrune from '../../commands/payouts_prune.ts'
 import { dbDate } from '../../src/database/dates.ts'
 import { tableNames } from '../../src/database/schema.ts'
-import { defineConfig } from '../../src/define_config.ts'
+import { validateConfig } from '../../src/define_config.ts'
 import { Pruner } from '../../src/ledger/pruning.ts'
 import { BASE_URL, TEST_API_KEY } from '../helpers/app.ts'
 import {
@@ -269,13 +269,13 @@ test.group(`Pruning (${TEST_DB})`, () => {
 test.group(`Pruning | config and command (${TEST_DB})`, () => {
   test('retention below the service retry window is refused at boot', ({ assert }) => {
     const base = { apiKey: TEST_API_KEY, baseUrl: 'http://127.0.0.1:9' }
-    assert.equal(defineConfig(base).retention.processedDeliveriesDays, 30)
+    assert.equal(validateConfig(base).retention.processedDeliveriesDays, 30)
     assert.throws(
-      () => defineConfig({ ...base, retention: { processedDeliveriesDays: 0 } }),
+      () => validateConfig({ ...base, retention: { processedDeliveriesDays: 0 } }),
       /retention\.processedDeliveriesDays/
     )
     assert.throws(
-      () => defineConfig({ ...base, retention: { finishedIntentsHours: 12 } }),
+      () => validateConfig({ ...base, retention: { finishedIntentsHours: 12 } }),
       /retention\.finishedIntentsHours/
     )
   })

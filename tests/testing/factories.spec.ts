@@ -1,7 +1,7 @@
 import { test } from '@japa/runner'
 import { Logger } from '@adonisjs/core/logger'
 import { DateTime } from 'luxon'
-import { defineConfig } from '../../src/define_config.ts'
+import { validateConfig } from '../../src/define_config.ts'
 import { PayoutsEmulator } from '../../src/emulator/main.ts'
 import { Reachability } from '../../src/health/reachability.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
@@ -182,7 +182,7 @@ test.group(`Testing | factories (${TEST_DB})`, () => {
     await PayoutFactory.apply('completed').merge({ createdAt: old }).create()
     await PayoutFactory.apply('pending').create()
 
-    const config = defineConfig({
+    const config = validateConfig({
       apiKey: emulator.apiKey,
       baseUrl: emulator.baseUrl,
       ledger: { tablePrefix: prefix },

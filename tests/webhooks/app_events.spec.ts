@@ -5,6 +5,7 @@ import type { EventsList } from '@adonisjs/core/types'
 import type { PayoutObservation } from '../../src/ledger/vocabulary.ts'
 import { EscrowDeposit, PayoutEvent } from '../../src/models/main.ts'
 import { PayoutsService, type ChannelBroadcaster } from '../../src/service/payouts_service.ts'
+import { createClient } from '../../src/service/wiring.ts'
 import { waitFor } from '../chaos/helpers.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
@@ -47,6 +48,7 @@ async function setup(cleanup: (fn: () => Promise<void>) => void) {
   const start = () => {
     const service = new PayoutsService(http.payouts.config, {
       logger,
+      createClient: () => createClient(http.payouts.config, logger),
       emitter,
       database: async () => db,
     })
@@ -260,6 +262,7 @@ test.group(`App events | a failing listener silences nothing (${TEST_DB})`, () =
           level: 'error',
           destination: { write: (line: string) => void logs.push(JSON.parse(line)) },
         }),
+        createClient: () => createClient(http.payouts.config, new Logger({ enabled: false })),
         emitter,
         database: async () => await http.app.container.make('lucid.db'),
       }

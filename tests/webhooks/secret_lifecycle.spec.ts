@@ -7,6 +7,7 @@ import { WebhookDelivery } from '../../src/models/main.ts'
 import { signPayload } from '../../src/signature/main.ts'
 import { SecretStore } from '../../src/webhooks/secret_store.ts'
 import { PayoutsService } from '../../src/service/payouts_service.ts'
+import { createClient } from '../../src/service/wiring.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startAppOnEmulator, type HttpApp } from '../helpers/http_app.ts'
 
@@ -69,8 +70,10 @@ test.group(`Webhooks | secret lifecycle (${TEST_DB})`, () => {
     // The route's cache is warm with the current secret.
     assert.equal((await deliver(app, secret())).status, 200)
     // Another process (the rotate-secret command, another instance) rotates it.
+    const logger = new Logger({ enabled: false })
     const other = new PayoutsService(app.payouts.config, {
-      logger: new Logger({ enabled: false }),
+      logger,
+      createClient: () => createClient(app.payouts.config, logger),
       database: async () => await app.app.container.make('lucid.db'),
       encryption: async () => await app.app.container.make('encryption'),
     })

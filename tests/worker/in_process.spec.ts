@@ -2,8 +2,9 @@ import { test } from '@japa/runner'
 import PayoutsWork from '../../commands/payouts_work.ts'
 import { createApp, TEST_API_KEY } from '../helpers/app.ts'
 import { Logger } from '@adonisjs/core/logger'
-import { defineConfig } from '../../src/define_config.ts'
+import { validateConfig } from '../../src/define_config.ts'
 import { PayoutsService } from '../../src/service/payouts_service.ts'
+import { createClient } from '../../src/service/wiring.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
 
@@ -75,12 +76,16 @@ test.group(`Jobs | the prune job (${TEST_DB})`, () => {
     logger.info = ((obj: object, msg?: string) => {
       if (msg === 'payouts jobs started') announced.push(obj)
     }) as typeof logger.info
-    const config = defineConfig({
+    const config = validateConfig({
       apiKey: TEST_API_KEY,
       baseUrl: 'http://127.0.0.1:9',
       ledger: { tablePrefix: prefix },
     })
-    const service = new PayoutsService(config, { logger, database: async () => db })
+    const service = new PayoutsService(config, {
+      logger,
+      createClient: () => createClient(config, logger),
+      database: async () => db,
+    })
     cleanup(() => service.close())
     await service.startJobs()
     assert.deepEqual(announced, [
