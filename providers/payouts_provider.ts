@@ -28,8 +28,14 @@ export default class PayoutsProvider {
   }
 
   async ready() {
-    await this.startBackgroundWork()
+    // The relay's cursor first: what the inbox worker applies from its start goes out.
     await this.relayBroadcasts()
+    await this.startBackgroundWork()
+  }
+
+  /** A web process with Lucid: it serves Transmit's subscribers, and relays to them. */
+  #servesSubscribers() {
+    return this.app.getEnvironment() === 'web' && this.app.container.hasBinding('lucid.db')
   }
 
   /** Closes the client's keep-alive sockets and the service's timers. */
@@ -82,6 +88,7 @@ export default class PayoutsProvider {
         encryption: () => this.app.container.make('encryption'),
         httpServer: () => this.app.container.make('server'),
         transmitTransport: () => Boolean(this.app.config.get('transmit.transport', null)),
+        servesSubscribers: () => this.#servesSubscribers(),
         ...hostLockServices(this.app),
       })
       return this.#service
@@ -132,7 +139,7 @@ export default class PayoutsProvider {
    * subscribers. Console commands (`payouts:work`) serve no subscriber.
    */
   protected async relayBroadcasts() {
-    if (this.app.getEnvironment() !== 'web' || !this.app.container.hasBinding('lucid.db')) return
+    if (!this.#servesSubscribers()) return
     const service = await this.app.container.make(PayoutsService)
     await service.relayBroadcasts()
   }

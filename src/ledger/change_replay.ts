@@ -18,14 +18,17 @@ export type ReplayedRow = Pick<
  * applied rows only. Only the rows of the same placeholder count (`mergedFrom`): a change of
  * a placeholder since merged goes out under its read id, without the UUID's owner. `history`
  * is the payout's rows in id order, up to `row` at least; null when `row` is not among them.
+ * `from`: the position the rows of `history` start from (the relay's last relayed position,
+ * `history` then holds only the rows after it); none by default (the payout's first row).
  */
 export function replayChange(
   found: Payout,
   history: ReplayedRow[],
-  row: Pick<PayoutEvent, 'id' | 'mergedFrom'>
+  row: Pick<PayoutEvent, 'id' | 'mergedFrom'>,
+  from: PayoutPosition | null = null
 ): PayoutChange<Payout> | null {
   const mergedFrom = row.mergedFrom ?? null
-  let position: PayoutPosition | null = null
+  let position: PayoutPosition | null = from
   for (const event of history) {
     if ((event.mergedFrom ?? null) !== mergedFrom) continue
     const previous: PayoutPosition | null = position

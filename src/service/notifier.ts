@@ -18,6 +18,11 @@ export interface ChannelBroadcaster<Ctx = any> {
     callback: (ctx: Ctx, params: Params) => boolean | Promise<boolean>
   ): void
   broadcast(channel: string, payload?: any): void
+  /**
+   * To this process's subscribers only, but those of `senderUid` (Transmit's, with `[]`: all
+   * of them): never through the transport. The relay's broadcasts go out this way.
+   */
+  broadcastExcept?(channel: string, payload: any, senderUid: string | string[]): void
 }
 
 /** Host-app callbacks deciding who may listen; a missing one denies everybody. */
@@ -128,8 +133,10 @@ export class PayoutsNotifier {
   /**
    * Public fields only, on the payout's channel and its owner's (`ownerOnly`: the owner's);
    * each channel attempted. The one place a change becomes a broadcast, direct or relayed.
+   * `local`: to this process's subscribers only, not through Transmit's transport (the relay
+   * of every web process sends each change to its own subscribers: Redis would repeat it).
    */
-  broadcast(event: PayoutChangedEvent, options: { ownerOnly?: boolean } = {}) {
+  broadcast(event: PayoutChangedEvent, options: { ownerOnly?: boolean; local?: boolean } = {}) {
     if (!this.#transmit) return
     const { payoutChannel, ownerChannel } = this.#options.config.transmit
     const payload = JSON.parse(JSON.stringify(event))
@@ -139,7 +146,11 @@ export class PayoutsNotifier {
     ]
     for (const channel of channels) {
       try {
-        this.#transmit.broadcast(channel, payload)
+        if (options.local && this.#transmit.broadcastExcept) {
+          this.#transmit.broadcastExcept(channel, payload, [])
+        } else {
+          this.#transmit.broadcast(channel, payload)
+        }
       } catch (error) {
         this.#options.logger.error(
           { err: error, channel, eventId: event.eventId },

@@ -144,12 +144,14 @@ export class PayoutsService {
    * Authorizes the payout channels on Transmit and starts re-broadcasting every applied
    * change there. Without a callback for a channel, nobody may listen to it. With the relay
    * on (`transmit.relay`), the changes go out from each web process's relay, not from the
-   * process that applied them.
+   * process that applied them; in a web process the relay takes its cursor at once, so what
+   * commits from here on goes out (the server listens before the app is ready).
    */
   registerChannels(transmit: ChannelBroadcaster, authorizers: ChannelAuthorizers = {}) {
     this.#relayed = relayEnabled(this.config, this.#deps.transmitTransport?.() ?? false)
     debug('transmit channels registered, relay %s', this.#relayed ? 'on' : 'off')
     this.#notifier.registerChannels(transmit, authorizers, { relayed: this.#relayed })
+    if (this.#relayed && this.#deps.servesSubscribers?.()) this.#servesSubscribers = true
     void this.#startRelay()
   }
 
@@ -187,6 +189,8 @@ export class PayoutsService {
         // A transaction cannot stay open longer: past it, a missing id never commits.
         gapWaitMs: transactionTimeoutMs + 5000,
       })
+      // Its cursor before anything else: every change committed from now on goes out.
+      await relay.readOnce().catch(() => {})
       relay.start()
       return relay
     })().catch((error) => {

@@ -33,6 +33,8 @@ export interface PayoutsServiceDeps extends HostLockServices {
   database?: () => Promise<Database>
   /** Whether the app's Transmit has a transport (Redis): `transmit.relay: 'auto'` reads it. */
   transmitTransport?: () => boolean
+  /** Whether this process serves Transmit's subscribers (a web process): it runs the relay. */
+  servesSubscribers?: () => boolean
   /** The app's HTTP server: `payouts.fake()` delivers webhooks through it, in-process. */
   httpServer?: () => Promise<{
     boot(): Promise<void>
