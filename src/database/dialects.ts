@@ -1,4 +1,5 @@
 import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
+import type { DateTime } from 'luxon'
 
 /** Lucid dialects whose SQL has INSERT ... ON CONFLICT DO NOTHING ... RETURNING. */
 export const RETURNING_DIALECTS = new Set([
@@ -74,4 +75,18 @@ export function isDeadlock(error: unknown): boolean {
 /** Rows an UPDATE touched: Lucid answers a count on some dialects, `[count]` on others. */
 export function affectedRows(result: unknown): number {
   return Number(Array.isArray(result) ? result[0] : result)
+}
+
+/**
+ * Whether timestamps keep fractions of a second as the plugin writes them (the dialect's
+ * `dateTimeFormat`): PostgreSQL does; SQLite and MySQL (`yyyy-MM-dd HH:mm:ss`) do not.
+ */
+export function keepsFractionalSeconds(client: Pick<QueryClientContract, 'dialect'>): boolean {
+  // Quoted literals ('T') are not fields of the format.
+  return client.dialect.dateTimeFormat.replace(/'[^']*'/g, '').includes('S')
+}
+
+/** A timestamp as the database keeps it once written: whole seconds where fractions are dropped. */
+export function asStored(client: Pick<QueryClientContract, 'dialect'>, value: DateTime): DateTime {
+  return keepsFractionalSeconds(client) ? value : value.startOf('second')
 }

@@ -1,11 +1,11 @@
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
 import { dbDate } from '../database/dates.ts'
-import { isMysql, locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
+import { asStored, isMysql, locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
 import { insertPendingPayouts, snapshotOf } from './payout_rows.ts'
-import { DEFAULT_NOTIFY_LEASE_MS, PROCESS_OWNER, type NotifyLease } from './payout_outbox.ts'
+import { DEFAULT_NOTIFY_LEASE_MS, leaseOwner, type NotifyLease } from './payout_outbox.ts'
 import { mergePlaceholders } from './read_id_placeholders.ts'
 import { reduce, type PayoutPosition, type ReduceResult } from './state_machine.ts'
 import {
@@ -113,8 +113,8 @@ function toEventColumns(
 export class PayoutApplier {
   constructor(
     private hooks: ApplyHooks = {},
-    /** The notification lease this process takes on the changes it writes. */
-    private lease: NotifyLease = { owner: PROCESS_OWNER, ms: DEFAULT_NOTIFY_LEASE_MS }
+    /** The notification lease this applier takes on the changes it writes (its outbox's). */
+    private lease: NotifyLease = { owner: leaseOwner(), ms: DEFAULT_NOTIFY_LEASE_MS }
   ) {}
 
   /**
@@ -158,7 +158,8 @@ export class PayoutApplier {
       if (index >= linked.merged.length)
         results[index - linked.merged.length] = outcomes[position].result
     })
-    return { outcomes, results, notifyUntil: lease.until }
+    // The end as the database keeps it (whole seconds on SQLite and MySQL), never later.
+    return { outcomes, results, notifyUntil: asStored(trx, lease.until) }
   }
 
   /** One observation on its payout's row (locked), inside the batch's transaction. */

@@ -7,8 +7,8 @@ import Payout from '../models/payout.ts'
 import { PayoutApplier, type ApplyHooks } from './payout_applier.ts'
 import {
   DEFAULT_NOTIFY_LEASE_MS,
+  leaseOwner,
   PayoutOutbox,
-  PROCESS_OWNER,
   type NotifiedOutcomes,
   type OutboxHooks,
 } from './payout_outbox.ts'
@@ -54,7 +54,8 @@ export class PayoutLedger {
     /** The notification lease on each change this process writes (`events.notifyLeaseMs`). */
     notifyLeaseMs = DEFAULT_NOTIFY_LEASE_MS
   ) {
-    const lease = { owner: PROCESS_OWNER, ms: notifyLeaseMs }
+    // Its own owner: another ledger of this process fences its changes as another process does.
+    const lease = { owner: leaseOwner(), ms: notifyLeaseMs }
     this.#applier = new PayoutApplier(hooks, lease)
     this.#outbox = new PayoutOutbox(db, hooks, connection, transactionTimeoutMs, lease)
     this.#onCommitted = hooks.onCommitted

@@ -4,8 +4,8 @@ import type { Database } from '@adonisjs/lucid/database'
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
 import { dbDate } from '../database/dates.ts'
-import { withDeadline, withStatementTimeout } from '../database/deadline.ts'
-import { affectedRows } from '../database/dialects.ts'
+import { dropIdleConnections, withDeadline, withStatementTimeout } from '../database/deadline.ts'
+import { affectedRows, asStored } from '../database/dialects.ts'
 import debug from '../debug.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
@@ -33,10 +33,13 @@ export interface NotifiedOutcomes {
 }
 
 /**
- * This process's name on the notification leases it holds (`payout_events.notify_owner`):
- * its host, its pid and a random part, unique per process.
+ * A fresh name for the notification leases of one ledger (`payout_events.notify_owner`): its
+ * host, its pid and a random part. Each ledger of a process takes its own, so two of them
+ * (the parts `payouts.fake()` rebuilds) fence each other as two processes do.
  */
-export const PROCESS_OWNER = `${hostname().slice(0, 40)}:${process.pid}:${randomBytes(4).toString('hex')}`
+export function leaseOwner() {
+  return `${hostname().slice(0, 40)}:${process.pid}:${randomBytes(4).toString('hex')}`
+}
 
 /** The lease on a change's notification: who holds it and for how long between renewals. */
 export interface NotifyLease {
@@ -47,8 +50,11 @@ export interface NotifyLease {
 /** The default lease: 30 s, renewed every 10 s while the change's listeners run. */
 export const DEFAULT_NOTIFY_LEASE_MS = 30_000
 
-/** Ids per statement of a renewal. */
-const RENEW_CHUNK = 500
+/** Ids per statement of a renewal or a mark. */
+const ID_CHUNK = 500
+
+/** The name knex gives a statement past its timeout. */
+const KNEX_TIMEOUT = 'KnexTimeoutError'
 
 /**
  * The payout_events log read as an outbox: an applied change stays un-notified
@@ -60,8 +66,9 @@ const RENEW_CHUNK = 500
  * `lease.ms` while its hook runs, and ended when the change is marked notified, change by
  * change. Another process takes a change only once its lease expired (its process died, or
  * stalled past the lease), by a conditional UPDATE only one of them wins. Before a change's
- * hook runs, a lease with less than a third left is renewed by a conditional UPDATE too,
- * and a change another process took meanwhile is left to it.
+ * hook runs, a lease with less than two thirds left is renewed by a conditional UPDATE too,
+ * and a change another process took meanwhile is left to it. Each renewal statement is
+ * bounded to a sixth of the lease, so one that hangs fails before the next renewal is due.
  */
 export class PayoutOutbox {
   /**
@@ -94,8 +101,8 @@ export class PayoutOutbox {
     private connection?: string,
     /** Bound of the sweep and of each statement outside a transaction; 0 waits forever. */
     private timeoutMs = 0,
-    /** The lease this process holds on the changes it notifies. */
-    private lease: NotifyLease = { owner: PROCESS_OWNER, ms: DEFAULT_NOTIFY_LEASE_MS }
+    /** The lease this instance holds on the changes it notifies (its applier's). */
+    private lease: NotifyLease = { owner: leaseOwner(), ms: DEFAULT_NOTIFY_LEASE_MS }
   ) {}
 
   /**
@@ -104,25 +111,37 @@ export class PayoutOutbox {
    * their COMMIT. The leases of the changes still waiting are renewed meanwhile. A hook that
    * throws leaves its change, and the ones after it, to `renotify`. A change whose lease
    * another process took (this one stalled past it: a long transaction, a pause) is left to
-   * it, and its payout's later changes let go, so they go out in order. An outcome without a
-   * change may still announce an owner attached to its payout.
+   * it, and its payout's later changes let go, so they go out in order. A change whose lease
+   * could not be checked (the database did not answer) is let go with its payout's later
+   * changes, as if its hook threw. An outcome without a change may still announce an owner
+   * attached to its payout.
    */
   async notifyBatch({ outcomes, notifyUntil }: NotifiedOutcomes) {
-    const ids = outcomes.flatMap(({ change }) => (change ? [change.eventId] : []))
-    this.#hold(ids, notifyUntil ?? null)
+    const client = this.db.connection(this.connection)
+    const payoutOf = new Map<number, string>()
+    for (const { change } of outcomes)
+      if (change) payoutOf.set(change.eventId, change.payout.payoutUuid)
+    const ids = [...payoutOf.keys()]
+    this.#hold(ids, notifyUntil ? asStored(client, notifyUntil) : null)
     const left = new Set(ids)
-    const lost = new Set<string>()
+    /** Payouts whose changes stop here: a lease taken, or one that could not be checked. */
+    const stopped = new Set<string>()
     try {
       for (const { change, result } of outcomes) {
         if (!change) {
           await this.#announceOwner(result)
           continue
         }
-        if (lost.has(change.payout.payoutUuid)) continue
-        if (!(await this.#stillHeld(change.eventId, [...left]))) {
-          left.delete(change.eventId)
-          this.#leased.delete(change.eventId)
-          lost.add(change.payout.payoutUuid)
+        if (stopped.has(change.payout.payoutUuid)) continue
+        const waiting = [...left].filter((id) => !stopped.has(payoutOf.get(id)!))
+        const lease = await this.#stillHeld(change.eventId, waiting)
+        if (lease !== 'held') {
+          stopped.add(change.payout.payoutUuid)
+          // Taken: another process's now. Unknown: let go below with the payout's later ones.
+          if (lease === 'taken') {
+            left.delete(change.eventId)
+            this.#leased.delete(change.eventId)
+          }
           continue
         }
         if (this.hooks.onChange) await this.hooks.onChange(change)
@@ -133,27 +152,31 @@ export class PayoutOutbox {
       }
     } finally {
       await this.#marking
-      // A hook threw, or a lease was lost: the changes left are let go, for `renotify`.
+      // A hook threw, or a lease was lost or not known: the changes left are let go, together,
+      // for `renotify` (in id order, so a payout's changes keep theirs).
       if (left.size > 0) await this.#letGo([...left]).catch(() => {})
       this.#drop(ids)
     }
   }
 
   /**
-   * Whether this process still holds the lease on a change about to fire. A lease known to
-   * have a third or more left costs no statement; otherwise it is renewed by a conditional
-   * UPDATE (those of `waiting` together, the change alone if one of them was lost): none
-   * matched, another process took it. A database that does not answer keeps it unfired.
+   * Whether this instance still holds the lease on a change about to fire. A lease known to
+   * have two thirds or more left costs no statement: the renewal every third of the lease
+   * renews it, with a third still left, before it ends. Otherwise it is renewed by a
+   * conditional UPDATE (those of `waiting` together, the change alone if one of them was
+   * lost): none matched, another process took it. A database that does not answer (within
+   * the renewal's bound) leaves it `unknown`: not fired.
    */
-  async #stillHeld(id: number, waiting: number[]) {
+  async #stillHeld(id: number, waiting: number[]): Promise<'held' | 'taken' | 'unknown'> {
     const known = this.#leased.get(id)
-    if (known && known.diffNow().toMillis() >= this.lease.ms / 3) return true
+    if (known && known.diffNow().toMillis() >= (this.lease.ms * 2) / 3) return 'held'
     try {
-      if (waiting.length > 1 && (await this.#renew(waiting)) === waiting.length) return true
-      return (await this.#renew([id])) === 1
+      if (waiting.length > 1 && (await this.#renew(waiting)) === waiting.length) return 'held'
+      return (await this.#renew([id])) === 1 ? 'held' : 'taken'
     } catch (error) {
       debug('outbox: lease check of change %d failed: %s', id, (error as Error).message)
-      return false
+      this.#stalled(error)
+      return 'unknown'
     }
   }
 
@@ -161,8 +184,9 @@ export class PayoutOutbox {
    * The outbox sweep: runs the hook, oldest first, for applied changes that were never
    * notified because their process died between COMMIT and the hook. A change whose lease
    * expired is taken at once; one without a lease (written before leases, or let go by a
-   * hook that threw) or leased by this process (another instance here, not this one) once
-   * it is `olderThanMs` old. Each is taken by a conditional UPDATE, so one process fires it.
+   * hook that threw) once it is `olderThanMs` old. Each is taken by a conditional UPDATE, so
+   * one process fires it. A lease of another instance of this process is no different from
+   * another process's. Changes this instance fired whose mark was lost are marked first.
    * Returns how many changes were notified.
    */
   renotify(options: { olderThanMs?: number; limit?: number } = {}): Promise<number> {
@@ -187,6 +211,10 @@ export class PayoutOutbox {
   ): Promise<number> {
     const client = this.db.connection(this.connection)
     const olderThanMs = options.olderThanMs ?? 10_000
+    // Changes this instance fired whose mark was lost: still leased by it, so never takeable.
+    await this.#markAgain([...this.#unmarked]).catch((error) => {
+      debug('outbox: marking again failed: %s', (error as Error).message)
+    })
     const rows = await this.#bounded(
       this.#takeable(PayoutEvent.query({ client }), client, olderThanMs)
         .orderBy('id', 'asc')
@@ -223,8 +251,7 @@ export class PayoutOutbox {
 
   /**
    * Un-notified changes another process may fire now: a lease that expired; or past
-   * `olderThanMs`, no lease at all (a writer from before leases, a change let go) or a lease
-   * of this process (another instance of it, since this one skips what it is notifying).
+   * `olderThanMs`, no lease at all (a writer from before leases, a change let go).
    */
   #takeable<Query>(query: Query, client: QueryClientContract, olderThanMs: number): Query {
     const now = DateTime.utc()
@@ -234,11 +261,7 @@ export class PayoutOutbox {
         .where((expired: any) =>
           expired.whereNotNull('notify_until').where('notify_until', '<', dbDate(client, now))
         )
-        .orWhere((old: any) =>
-          old.where('created_at', '<=', before).where((free: any) => {
-            free.whereNull('notify_until').orWhere('notify_owner', this.lease.owner)
-          })
-        )
+        .orWhere((old: any) => old.where('created_at', '<=', before).whereNull('notify_until'))
     })
   }
 
@@ -251,12 +274,7 @@ export class PayoutOutbox {
     const updated = await this.#bounded(
       this.#takeable(client.from(PayoutEvent.table).where('id', id), client, olderThanMs)
     ).update({ notify_owner: this.lease.owner, notify_until: dbDate(client, until) })
-    return affectedRows(updated) === 1 ? this.#stored(client, until) : null
-  }
-
-  /** A lease end as the database keeps it: MySQL's DATETIME drops the milliseconds. */
-  #stored(client: QueryClientContract, until: DateTime) {
-    return client.dialect.name === 'mysql' ? until.startOf('second') : until
+    return affectedRows(updated) === 1 ? asStored(client, until) : null
   }
 
   /**
@@ -294,10 +312,11 @@ export class PayoutOutbox {
   }
 
   /**
-   * Every third of the lease: marks the changes whose mark was lost (then lets them go), and
-   * extends the leases still needed. One at a time, each statement bounded; a failure is
-   * only logged (the next renewal tries again; past the lease another process may take the
-   * change, as from a process that stalled).
+   * Every third of the lease: extends the leases still needed, then marks the changes whose
+   * mark was lost (and lets them go). One at a time, each statement bounded to a sixth of the
+   * lease (`#leaseBoundMs`), so one stuck on a dead connection fails in time for the next
+   * renewal to run on a fresh one; a failure is only logged (past the lease another process
+   * may take the change, as from a process that stalled).
    */
   async #renewLeases() {
     const name = this.connection ?? this.db.primaryConnectionName
@@ -305,24 +324,48 @@ export class PayoutOutbox {
     if (this.#renewing || !this.db.manager.isConnected(name)) return
     this.#renewing = true
     try {
+      await this.#renew([...this.#leased.keys()]).catch((error) => {
+        debug('outbox: lease renewal failed: %s', (error as Error).message)
+        this.#stalled(error)
+      })
       await this.#markAgain([...this.#unmarked]).catch((error) => {
         debug('outbox: marking again failed: %s', (error as Error).message)
+        this.#stalled(error)
       })
-      await this.#renew([...this.#leased.keys()])
-    } catch (error) {
-      debug('outbox: lease renewal failed: %s', (error as Error).message)
     } finally {
       this.#renewing = false
     }
   }
 
-  /** Marks changes whose mark was lost, then lets them go. */
+  /** Marks changes whose mark was lost, chunk by chunk, letting go of each chunk marked. */
   async #markAgain(ids: number[]) {
-    await this.#markNotified(ids)
-    // A sweep and a renewal may both have marked one: it is let go once.
-    const marked = ids.filter((id) => this.#unmarked.delete(id))
-    for (const id of marked) this.#leased.delete(id)
-    this.#drop(marked)
+    for (let start = 0; start < ids.length; start += ID_CHUNK) {
+      const chunk = ids.slice(start, start + ID_CHUNK)
+      await this.#markNotified(chunk, this.#leaseBoundMs)
+      // A sweep and a renewal may both have marked one: it is let go once.
+      const marked = chunk.filter((id) => this.#unmarked.delete(id))
+      for (const id of marked) this.#leased.delete(id)
+      this.#drop(marked)
+    }
+  }
+
+  /**
+   * The bound of a lease statement (a renewal, a lease check, a mark retried at a renewal):
+   * a sixth of the lease, well under the third between renewals, or the outbox's own bound
+   * if shorter.
+   */
+  get #leaseBoundMs() {
+    const bound = Math.max(1, Math.floor(this.lease.ms / 6))
+    return this.timeoutMs > 0 ? Math.min(this.timeoutMs, bound) : bound
+  }
+
+  /**
+   * A lease statement that timed out: the pool's idle connections most likely share its
+   * connection's fate (see `dropIdleConnections`), so the next renewal opens a fresh one.
+   */
+  #stalled(error: unknown) {
+    if ((error as Error)?.name !== KNEX_TIMEOUT) return
+    dropIdleConnections(this.db.connection(this.connection), error as Error)
   }
 
   /**
@@ -332,20 +375,21 @@ export class PayoutOutbox {
   async #renew(ids: number[]) {
     const client = this.db.connection(this.connection)
     let matched = 0
-    for (let start = 0; start < ids.length; start += RENEW_CHUNK) {
-      const chunk = ids.slice(start, start + RENEW_CHUNK)
+    for (let start = 0; start < ids.length; start += ID_CHUNK) {
+      const chunk = ids.slice(start, start + ID_CHUNK)
       const until = DateTime.utc().plus({ milliseconds: this.lease.ms })
       const updated = await this.#bounded(
         client
           .from(PayoutEvent.table)
           .whereIn('id', chunk)
           .where('notify_owner', this.lease.owner)
-          .whereNull('notified_at')
+          .whereNull('notified_at'),
+        this.#leaseBoundMs
       ).update({ notify_until: dbDate(client, until) })
       matched += affectedRows(updated)
       if (affectedRows(updated) !== chunk.length) continue
       for (const id of chunk)
-        if (this.#leased.has(id)) this.#leased.set(id, this.#stored(client, until))
+        if (this.#leased.has(id)) this.#leased.set(id, asStored(client, until))
     }
     return matched
   }
@@ -436,19 +480,22 @@ export class PayoutOutbox {
     return replayChange(found, history, row)
   }
 
-  async #markNotified(ids: number[]) {
-    if (ids.length === 0) return
+  /** Marks changes notified, `ID_CHUNK` ids per statement, each bounded by `ms`. */
+  async #markNotified(ids: number[], ms = this.timeoutMs) {
     const client = this.db.connection(this.connection)
-    await this.#bounded(
-      client
-        .from(PayoutEvent.table)
-        .whereIn('id', ids)
-        .update({ notified_at: dbDate(client, DateTime.utc()), notify_until: null })
-    )
+    for (let start = 0; start < ids.length; start += ID_CHUNK) {
+      await this.#bounded(
+        client
+          .from(PayoutEvent.table)
+          .whereIn('id', ids.slice(start, start + ID_CHUNK))
+          .update({ notified_at: dbDate(client, DateTime.utc()), notify_until: null }),
+        ms
+      )
+    }
   }
 
-  /** A statement outside a bounded transaction, under the same bound. */
-  #bounded<Query extends { timeout(ms: number): Query }>(query: Query): Query {
-    return withStatementTimeout(query, this.timeoutMs)
+  /** A statement outside a bounded transaction, under the same bound (or `ms`). */
+  #bounded<Query extends { timeout(ms: number): Query }>(query: Query, ms = this.timeoutMs): Query {
+    return withStatementTimeout(query, ms)
   }
 }

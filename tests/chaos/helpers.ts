@@ -10,7 +10,8 @@ import { Database } from '@adonisjs/lucid/database'
 import { BaseModel } from '@adonisjs/lucid/orm'
 import { dropPayoutsTables } from '../../src/database/schema.ts'
 import { seededRandom } from '../../src/emulator/random.ts'
-import { configureModels } from '../../src/models/main.ts'
+import { dbDate } from '../../src/database/dates.ts'
+import { configureModels, PayoutEvent } from '../../src/models/main.ts'
 import { connectionConfig, createAllPayoutsTables, portVariable } from '../helpers/database.ts'
 import { TcpProxy } from '../helpers/tcp_proxy.ts'
 
@@ -184,6 +185,20 @@ export async function waitFor<T>(
     if (Date.now() > deadline) throw new Error(`timed out after ${options.timeoutMs} ms: ${what}`)
     await sleep(options.everyMs ?? 100)
   }
+}
+
+/**
+ * What a process that died holding changes leaves once their leases expired: un-notified
+ * changes leased by an owner nobody renews, past their end. A "dead" ledger of the test's own
+ * process would still renew its leases: the owner is replaced as well.
+ */
+export async function leasesExpired() {
+  const query = PayoutEvent.query()
+  const past = new Date(Date.now() - 60_000)
+  await query
+    .whereNull('notified_at')
+    .whereNotNull('notify_owner')
+    .update({ notify_owner: 'a-process-that-died', notify_until: dbDate(query.client, past) })
 }
 
 /**

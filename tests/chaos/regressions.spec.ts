@@ -12,7 +12,7 @@ import { EscrowDeposit, ExecutionIntent, PayoutEvent } from '../../src/models/ma
 import { testClient, executeBodies, startEmulator } from '../emulator/helpers.ts'
 import { boundedConnection, connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { TcpProxy } from '../helpers/tcp_proxy.ts'
-import { waitFor } from './helpers.ts'
+import { leasesExpired, waitFor } from './helpers.ts'
 
 /** Regressions the chaos suite found: each one is a crash or an overlap at the wrong moment. */
 async function setup(
@@ -73,6 +73,8 @@ test.group(`Chaos regressions | outbox (${TEST_DB})`, () => {
 
     const { ledger: restarted, fired } = restartedLedger(db)
     assert.equal(await restarted.renotify(), 0, 'young rows are left to the process writing them')
+    assert.equal(await restarted.renotify({ olderThanMs: 0 }), 0, 'leased by the dead process')
+    await leasesExpired()
     assert.equal(await restarted.renotify({ olderThanMs: 0 }), 1)
     assert.lengthOf(fired, 1)
     assert.deepInclude(toChangedEvent(fired[0]), {
@@ -112,6 +114,7 @@ test.group(`Chaos regressions | outbox (${TEST_DB})`, () => {
     )
 
     const { ledger: restarted, fired } = restartedLedger(db)
+    await leasesExpired()
     assert.equal(await restarted.renotify({ olderThanMs: 0 }), 1)
     assert.deepInclude(toChangedEvent(fired[0]), {
       eventId: String(fold.id),
@@ -156,6 +159,7 @@ test.group(`Chaos regressions | outbox (${TEST_DB})`, () => {
     await live.apply({ payoutId, readId, status: 'processing', step: 'collected', source: 'poll' })
 
     const { ledger: restarted, fired } = restartedLedger(db)
+    await leasesExpired()
     assert.equal(await restarted.renotify({ olderThanMs: 0 }), 1)
     assert.deepInclude(toChangedEvent(fired[0]), {
       eventId: String(sighting.id),
@@ -198,6 +202,7 @@ test.group(`Chaos regressions | escrow detection (${TEST_DB})`, () => {
       ...hooks,
       onChange: async (change) => void fired.push(await deposits.confirmedBy(change)),
     })
+    await leasesExpired()
     assert.equal(await restarted.renotify({ olderThanMs: 0 }), 1)
     assert.deepEqual(fired, [{ quoteId, payoutId, txHash: null }])
     assert.isNotNull(deposit.confirmedByEventId)

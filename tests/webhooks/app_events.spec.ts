@@ -6,7 +6,7 @@ import type { PayoutObservation } from '../../src/ledger/vocabulary.ts'
 import { EscrowDeposit, PayoutEvent } from '../../src/models/main.ts'
 import { PayoutsService, type ChannelBroadcaster } from '../../src/service/payouts_service.ts'
 import { createClient } from '../../src/service/wiring.ts'
-import { waitFor } from '../chaos/helpers.ts'
+import { leasesExpired, waitFor } from '../chaos/helpers.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
 
@@ -161,6 +161,7 @@ test.group(`App events | a dedupe key per event (${TEST_DB})`, () => {
     )
 
     const successor = start()
+    await leasesExpired()
     assert.equal(await successor.renotify({ olderThanMs: 0 }), 1)
     const handledForChange = () =>
       listener.handled.filter((e) => e.eventId === id || e.name === 'payouts:escrow_confirmed')
