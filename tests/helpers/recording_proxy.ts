@@ -5,20 +5,26 @@ import { request } from 'undici'
 /**
  * A real HTTP forwarder on 127.0.0.1 in front of another local server (the emulator):
  * it records the method and path of every request that reaches it, so a test counts
- * what actually went over the wire.
+ * what actually went over the wire. It can also lose answers the way a network does after
+ * the service did its work: with `loseNext(n)`, the next `n` requests whose path starts
+ * with `losePrefix` are forwarded and answered by the target (the payout exists there),
+ * then the caller's connection is reset instead of answered.
  */
 export async function startRecordingProxy(
   cleanup: (fn: () => Promise<void>) => void,
-  target: string
+  target: string,
+  losePrefix = '/rfq/execute'
 ) {
   const requests: Array<{ method: string; path: string }> = []
   const base = new URL(target)
+  let toLose = 0
   const server = createServer((req, res) => {
     const chunks: Buffer[] = []
     req.on('data', (chunk) => chunks.push(chunk))
     req.on('end', async () => {
       const url = new URL(req.url!, 'http://127.0.0.1')
-      requests.push({ method: req.method!, path: url.pathname.slice(base.pathname.length - 1) })
+      const path = url.pathname.slice(base.pathname.length - 1)
+      requests.push({ method: req.method!, path })
       const headers = { ...req.headers }
       delete headers.host
       delete headers.connection
@@ -29,6 +35,10 @@ export async function startRecordingProxy(
           body: chunks.length > 0 ? Buffer.concat(chunks) : undefined,
         })
         const body = Buffer.from(await response.body.arrayBuffer())
+        if (toLose > 0 && path.startsWith(losePrefix)) {
+          toLose--
+          return req.socket.destroy()
+        }
         const forwarded = { ...response.headers }
         delete forwarded['transfer-encoding']
         delete forwarded.connection
@@ -49,6 +59,14 @@ export async function startRecordingProxy(
     /** The target's URL, path prefix included, through the proxy. */
     baseUrl: `http://127.0.0.1:${port}${base.pathname.replace(/\/$/, '')}`,
     requests,
+    /** The next `count` answers to `losePrefix` are lost after the target made them. */
+    loseNext(count = 1) {
+      toLose += count
+    },
+    /** Answers every request again. */
+    reset() {
+      toLose = 0
+    },
     /** Requests that reached the target with this method and path. */
     count(method: string, path: string) {
       return requests.filter((r) => r.method === method && r.path === path).length

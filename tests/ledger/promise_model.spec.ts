@@ -10,7 +10,7 @@ import { ExecutionIntent, Payout } from '../../src/models/main.ts'
 import type { PayoutsEmulator } from '../../src/emulator/main.ts'
 import { executeBodies, startEmulator, testClient } from '../emulator/helpers.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
-import { startLossyProxy } from '../helpers/lossy_proxy.ts'
+import { startRecordingProxy } from '../helpers/recording_proxy.ts'
 
 /**
  * The README's first promise across days, as a model-based test: random sequences (seeded)
@@ -33,7 +33,7 @@ interface World {
   db: Awaited<ReturnType<typeof setupDatabase>>['db']
   prefix: string
   client: PayoutsClient
-  proxy: Awaited<ReturnType<typeof startLossyProxy>>
+  proxy: Awaited<ReturnType<typeof startRecordingProxy>>
   ledger: PayoutLedger
   executor: PayoutExecutor
   bodies: Array<Record<string, unknown>>
@@ -234,7 +234,7 @@ test.group(`Ledger | the execute promise across days, model-based (${TEST_DB})`,
     cleanup(async () => {
       Settings.now = realNow
     })
-    const proxy = await startLossyProxy(cleanup, emu.baseUrl)
+    const proxy = await startRecordingProxy(cleanup, emu.baseUrl)
     // No retries: a lost answer stays lost, as after the client's last attempt.
     const client = testClient(
       cleanup,
