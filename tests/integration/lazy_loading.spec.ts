@@ -1,21 +1,12 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
-import {
-  copyFile,
-  mkdir,
-  mkdtemp,
-  readdir,
-  readFile,
-  rm,
-  symlink,
-  writeFile,
-} from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { readdir, readFile, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { randomBytes } from 'node:crypto'
 import { test } from '@japa/runner'
 import type { BaseCommand } from '@adonisjs/core/ace'
+import { scratchApp } from '../helpers/scratch_app.ts'
 
 /**
  * `node ace` in an app shaped like configure's output (the stock `bin/console.ts`, the plugin's
@@ -66,14 +57,10 @@ async function commandsIndex() {
   return JSON.stringify({ commands, version: 1 })
 }
 
-/** The app's files: what configure leaves, and what every AdonisJS 7 app has. */
+/** The app's own files: what configure leaves (the rest every AdonisJS 7 app has). */
 async function appFiles(): Promise<Record<string, string>> {
   const payoutsConfig = await readFile(join(REPO, 'examples/demo/config/payouts.ts'), 'utf8')
   return {
-    'package.json': JSON.stringify({
-      type: 'module',
-      imports: { '#start/*': './start/*.ts', '#config/*': './config/*.ts' },
-    }),
     'adonisrc.ts': `import { defineConfig } from '@adonisjs/core/app'
 
 export default defineConfig({
@@ -115,22 +102,6 @@ export default await Env.create(new URL('../', import.meta.url), {
   PAYOUTS_REDIS_URL: Env.schema.string.optional(),
 })
 `,
-    'config/app.ts': `import { defineConfig } from '@adonisjs/core/http'
-
-export const http = defineConfig({})
-`,
-    'config/encryption.ts': `import env from '#start/env'
-import { defineConfig, drivers } from '@adonisjs/core/encryption'
-
-export default defineConfig({
-  default: 'gcm',
-  list: { gcm: drivers.aes256gcm({ id: 'gcm', keys: [env.get('APP_KEY')] }) },
-})
-`,
-    'config/logger.ts': `import { defineConfig } from '@adonisjs/core/logger'
-
-export default defineConfig({ default: 'app', loggers: { app: { enabled: true, level: 'info' } } })
-`,
     'config/database.ts': `import app from '@adonisjs/core/services/app'
 import { defineConfig } from '@adonisjs/lucid'
 
@@ -155,21 +126,6 @@ export default defineConfig({ pingInterval: false, transport: null })
     'tmp/.gitkeep': '',
     'recorder.mjs': RECORDER,
   }
-}
-
-/** The app in a temporary folder, its node_modules the package's own. */
-async function scratchApp(cleanup: (fn: () => Promise<void>) => void) {
-  const root = await mkdtemp(join(tmpdir(), 'svc-payouts-lazy-'))
-  cleanup(() => rm(root, { recursive: true, force: true }))
-  for (const [path, contents] of Object.entries(await appFiles())) {
-    await mkdir(join(root, path, '..'), { recursive: true })
-    await writeFile(join(root, path), contents)
-  }
-  await mkdir(join(root, 'bin'))
-  await copyFile(join(REPO, 'examples/demo/tsconfig.json'), join(root, 'tsconfig.json'))
-  await copyFile(join(REPO, 'examples/demo/bin/console.ts'), join(root, 'bin/console.ts'))
-  await symlink(join(REPO, 'node_modules'), join(root, 'node_modules'), 'dir')
-  return root
 }
 
 /** `node ace ...args` in the app: its exit code, its output and the modules it loaded. */
@@ -213,7 +169,7 @@ test.group('Lazy loading | node ace in a host app', () => {
     assert,
     cleanup,
   }) => {
-    const root = await scratchApp(cleanup)
+    const root = await scratchApp(cleanup, 'lazy', await appFiles())
     const runs: Array<[string[], RegExp]> = [
       [['list'], /payouts:status/],
       [['--help'], /View list of available commands/],
@@ -234,7 +190,7 @@ test.group('Lazy loading | node ace in a host app', () => {
     assert,
     cleanup,
   }) => {
-    const root = await scratchApp(cleanup)
+    const root = await scratchApp(cleanup, 'lazy', await appFiles())
     const run = await ace(root, ['payouts:status', '--help'])
     assert.equal(run.code, 0, run.output)
     assert.match(run.output, /payouts:status/)

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync, readFileSync } from 'node:fs'
-import { copyFile, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises'
+import { rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
@@ -10,6 +10,7 @@ import { test } from '@japa/runner'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
 import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { scratchApp } from '../helpers/scratch_app.ts'
 
 /**
  * `node ace payouts:work` stopped by a signal, in an app shaped like configure's output
@@ -37,10 +38,6 @@ const file = (path: string) => pathToFileURL(join(REPO, path)).href
 /** The files configure leaves (provider, commands, config/payouts.ts) plus the app's own. */
 function appFiles(): Record<string, string> {
   return {
-    'package.json': JSON.stringify({
-      type: 'module',
-      imports: { '#start/*': './start/*.ts', '#config/*': './config/*.ts' },
-    }),
     'adonisrc.ts': `import { defineConfig } from '@adonisjs/core/app'
 
 export default defineConfig({
@@ -79,22 +76,6 @@ emitter.onAny(async (name: any, data: any) => {
   appendFileSync(options.eventsFile, JSON.stringify({ name, payoutId: data?.payoutId }) + '\\n')
 })
 `,
-    'config/app.ts': `import { defineConfig } from '@adonisjs/core/http'
-
-export const http = defineConfig({})
-`,
-    'config/encryption.ts': `import env from '#start/env'
-import { defineConfig, drivers } from '@adonisjs/core/encryption'
-
-export default defineConfig({
-  default: 'gcm',
-  list: { gcm: drivers.aes256gcm({ id: 'gcm', keys: [env.get('APP_KEY')] }) },
-})
-`,
-    'config/logger.ts': `import { defineConfig } from '@adonisjs/core/logger'
-
-export default defineConfig({ default: 'app', loggers: { app: { enabled: true, level: 'info' } } })
-`,
     'config/database.ts': `import { defineConfig } from '@adonisjs/lucid'
 
 const { connection } = JSON.parse(process.env.STOP_TEST!)
@@ -113,22 +94,6 @@ export default defineConfig({
 })
 `,
   }
-}
-
-/** The scratch app in a temporary folder, its node_modules the package's own. */
-async function scratchApp(cleanup: (fn: () => Promise<void>) => void) {
-  const root = await mkdtemp(join(tmpdir(), 'svc-payouts-stop-'))
-  cleanup(() => rm(root, { recursive: true, force: true }))
-  for (const [path, contents] of Object.entries(appFiles())) {
-    await mkdir(join(root, path, '..'), { recursive: true })
-    await writeFile(join(root, path), contents)
-  }
-  await mkdir(join(root, 'bin'))
-  await copyFile(join(REPO, 'examples/demo/tsconfig.json'), join(root, 'tsconfig.json'))
-  // The stock console: `app.listen('SIGTERM', () => app.terminate())`.
-  await copyFile(join(REPO, 'examples/demo/bin/console.ts'), join(root, 'bin/console.ts'))
-  await symlink(join(REPO, 'node_modules'), join(root, 'node_modules'), 'dir')
-  return root
 }
 
 /** A database with `count` stored deliveries, and the app that will process them. */
@@ -154,7 +119,7 @@ async function setup(cleanup: (fn: () => Promise<void>) => void, count: number) 
   )
   const eventsFile = join(tmpdir(), `svc-payouts-stop-events-${process.pid}-${Date.now()}.jsonl`)
   cleanup(() => rm(eventsFile, { force: true }))
-  const root = await scratchApp(cleanup)
+  const root = await scratchApp(cleanup, 'stop', appFiles())
   const states = async () => {
     const counts: Record<string, number> = {}
     for (const row of await db.from(`${prefix}webhook_deliveries`).select('state')) {
