@@ -1,5 +1,5 @@
 import { PayoutsCommand } from '../src/commands/payouts_command.ts'
-import type { PayoutsHealthReport, Verdict } from '../src/service/health.ts'
+import type { PayoutsHealthReport, Verdict } from '../src/health/types.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
 
 /**

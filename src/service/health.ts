@@ -21,15 +21,6 @@ import type {
 } from '../health/types.ts'
 import { expectedBeats, MISSED_INTERVALS, readBeats, type HeartbeatName } from './heartbeats.ts'
 
-export type {
-  HealthLine,
-  HealthLines,
-  HeartbeatsLine,
-  PayoutsHealthReport,
-  ReachabilityLine,
-  Verdict,
-} from '../health/types.ts'
-
 type Threshold = { warning: number | null; error: number | null }
 
 type HealthConfig = Pick<
