@@ -1,48 +1,6 @@
 import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
-import { E_PAYOUTS_TIMEOUT } from '../errors.ts'
+import { withDeadline } from '../time_bounds.ts'
 import { beginWriting, locksRows, transactionOptions } from './dialects.ts'
-
-/**
- * Settles as `work` does, or rejects with `E_PAYOUTS_TIMEOUT` once `ms` have passed. The
- * work itself goes on (a promise cannot be cancelled): `onTimeout` may release what it holds.
- * A later failure of the abandoned work is swallowed, since nobody waits for it any more.
- */
-export function withDeadline<T>(
-  work: Promise<T>,
-  ms: number,
-  what: string,
-  onTimeout?: (error: Error) => void
-): Promise<T> {
-  if (!(ms > 0) || !Number.isFinite(ms)) return work
-  return new Promise<T>((resolve, reject) => {
-    let settled = false
-    const timer = setTimeout(() => {
-      if (settled) return
-      settled = true
-      const error = new E_PAYOUTS_TIMEOUT([what, ms])
-      work.catch(() => {})
-      try {
-        onTimeout?.(error)
-      } finally {
-        reject(error)
-      }
-    }, ms)
-    work.then(
-      (value) => {
-        if (settled) return
-        settled = true
-        clearTimeout(timer)
-        resolve(value)
-      },
-      (error) => {
-        if (settled) return
-        settled = true
-        clearTimeout(timer)
-        reject(error)
-      }
-    )
-  })
-}
 
 /**
  * Knex's own statement timeout, when `ms` > 0: a statement past it fails, and its
@@ -53,11 +11,6 @@ export function withStatementTimeout<Query extends { timeout(ms: number): Query 
   ms: number
 ): Query {
   return ms > 0 ? query.timeout(ms) : query
-}
-
-/** Whether an error is a deadline of ours (the work may still finish in the background). */
-export function isDeadlineError(error: unknown): boolean {
-  return error instanceof E_PAYOUTS_TIMEOUT
 }
 
 /**

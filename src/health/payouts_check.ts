@@ -1,6 +1,6 @@
 import { BaseCheck, Result } from '@adonisjs/core/health'
 import { redactCredentials } from '../client/redact.ts'
-import { withDeadline } from '../database/deadline.ts'
+import { withDeadline } from '../time_bounds.ts'
 import type { PayoutsService } from '../service/payouts_service.ts'
 
 /** Past `health.timeoutMs`, the room left for the report's own error lines to arrive. */

@@ -1,5 +1,5 @@
 import type { JobLockFactory } from './locks.ts'
-import { withDeadline } from '../database/deadline.ts'
+import { withDeadline } from '../time_bounds.ts'
 
 /** One periodic job of the plugin. */
 export interface ScheduledJob {

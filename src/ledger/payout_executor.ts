@@ -1,9 +1,5 @@
-import {
-  boundedTransaction,
-  isDeadlineError,
-  withDeadline,
-  withStatementTimeout,
-} from '../database/deadline.ts'
+import { isDeadlineError, withDeadline } from '../time_bounds.ts'
+import { boundedTransaction, withStatementTimeout } from '../database/deadline.ts'
 import { createHash, randomUUID } from 'node:crypto'
 import type { Database } from '@adonisjs/lucid/database'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'

@@ -2,12 +2,8 @@ import type { Database } from '@adonisjs/lucid/database'
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
 import { redactCredentials } from '../client/redact.ts'
 import { dbDate, fromDbDate } from '../database/dates.ts'
-import {
-  dropIdleConnections,
-  isDeadlineError,
-  withDeadline,
-  withStatementTimeout,
-} from '../database/deadline.ts'
+import { isDeadlineError, withDeadline } from '../time_bounds.ts'
+import { dropIdleConnections, withStatementTimeout } from '../database/deadline.ts'
 import { tableNames } from '../database/schema.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import type { Reachability } from '../health/reachability.ts'

@@ -1,6 +1,6 @@
 import type { Logger } from '@adonisjs/core/logger'
 import type { EmitterService, EventsList } from '@adonisjs/core/types'
-import { isDeadlineError, withDeadline } from '../database/deadline.ts'
+import { isDeadlineError, withDeadline } from '../time_bounds.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import type { PayoutChange } from '../ledger/vocabulary.ts'
 import type { EscrowEvent, PayoutChangedEvent } from '../types/events.ts'

@@ -1,5 +1,5 @@
 import type { Logger } from '@adonisjs/core/logger'
-import { withDeadline } from '../database/deadline.ts'
+import { withDeadline } from '../time_bounds.ts'
 import { Heartbeats, WORKER_BEAT_EVERY_MS } from './heartbeats.ts'
 import type { PayoutsService } from './payouts_service.ts'
 

@@ -1,6 +1,6 @@
 import type { Logger } from '@adonisjs/core/logger'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
-import { isDeadlineError, withDeadline } from '../database/deadline.ts'
+import { isDeadlineError, withDeadline } from '../time_bounds.ts'
 import debug from '../debug.ts'
 import { eventEnvelopeSchema, parseJsonBytes, type EventEnvelope } from '../schemas/events.ts'
 import type { InboxRow, InboxStore, InboxVerdict } from './inbox_store.ts'

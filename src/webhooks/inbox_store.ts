@@ -7,10 +7,10 @@ import {
   skipsLockedRows,
 } from '../database/dialects.ts'
 import { dbDate } from '../database/dates.ts'
+import { withDeadline } from '../time_bounds.ts'
 import {
   boundedTransaction,
   dropIdleConnections,
-  withDeadline,
   withStatementTimeout,
 } from '../database/deadline.ts'
 

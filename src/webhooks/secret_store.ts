@@ -1,6 +1,7 @@
 import type { Database } from '@adonisjs/lucid/database'
 import { dbDate, fromDbDate } from '../database/dates.ts'
-import { dropIdleConnections, withDeadline, withStatementTimeout } from '../database/deadline.ts'
+import { withDeadline } from '../time_bounds.ts'
+import { dropIdleConnections, withStatementTimeout } from '../database/deadline.ts'
 import { affectedRows } from '../database/dialects.ts'
 import { E_WEBHOOK_SECRET_NOT_STORED } from '../errors.ts'
 

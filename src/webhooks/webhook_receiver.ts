@@ -1,6 +1,6 @@
 import type { HttpContext } from '@adonisjs/core/http'
 import type { Logger } from '@adonisjs/core/logger'
-import { isDeadlineError, withDeadline } from '../database/deadline.ts'
+import { isDeadlineError, withDeadline } from '../time_bounds.ts'
 import debug from '../debug.ts'
 import { verifySignature } from '../signature/main.ts'
 import { BodyTooLargeError, readRawBody } from './raw_body.ts'
