@@ -5,18 +5,20 @@ import { CommitListener, isPostgres } from '../database/change_notices.ts'
 import { withDeadline } from '../time_bounds.ts'
 import { withStatementTimeout } from '../database/deadline.ts'
 import debug from '../debug.ts'
-import { replayChange, type ReplayedRow } from '../ledger/change_replay.ts'
-import type { PayoutPosition } from '../ledger/state_machine.ts'
+import { replayChange } from '../ledger/change_replay.ts'
 import { toChangedEvent, type PayoutChange } from '../ledger/vocabulary.ts'
-import { Payout, PayoutEvent } from '../models/main.ts'
+import type { Payout } from '../models/main.ts'
 import type { PayoutsNotifier } from './notifier.ts'
+import { RelayCursor } from './relay_cursor.ts'
+import {
+  BATCH,
+  positionKey,
+  RelayReads,
+  type HistoryRow,
+  type Loaded,
+  type Relayed,
+} from './relay_reads.ts'
 
-/** Log rows read per statement; a full read is followed by the next one at once. */
-const BATCH = 500
-/** Gap ranges per statement: every gap is read back on each tick, in as many statements. */
-const GAPS_PER_READ = 50
-/** The newest ids read at start: a transaction still open then may commit one of their gaps. */
-const START_WINDOW = 1000
 /** Payouts remembered as broadcast without an owner, for the owner's late arrival. */
 const OWNERLESS_KEPT = 10_000
 /** Positions remembered as relayed last (per payout and placeholder): later reads start there. */
@@ -27,24 +29,6 @@ const LISTENING_POLL_MS = 1000
 const STATEMENT_MS = 5000
 /** How long `stop()` waits for the read in hand; that read then ends on its own, sending nothing. */
 const STOP_MS = 2000
-
-/** The log columns the cursor reads. */
-const LOG_COLUMNS = ['id', 'payout_uuid', 'applied', 'merged_from']
-/** The log columns a replay reads (`ReplayedRow`). */
-const REPLAY_COLUMNS = [...LOG_COLUMNS, 'status', 'step', 'source', 'observed_at']
-/** The payout columns a broadcast reads (`toChangedEvent`, the owner announcement). */
-const PAYOUT_COLUMNS = [
-  'id',
-  'payout_uuid',
-  'read_id',
-  'owner_id',
-  'flow',
-  'status',
-  'step',
-  'payout_amount',
-  'payout_currency',
-  'completed_at',
-]
 
 /** What the relay needs: the database, where to broadcast, its interval and bounds. */
 export interface BroadcastRelayOptions {
@@ -70,32 +54,6 @@ export interface BroadcastRelayOptions {
   afterRead?: () => Promise<void>
 }
 
-/** Ids not seen yet below the frontier: a transaction that took them may still commit. */
-interface Gap {
-  from: number
-  to: number
-  /** When the read that found it missing returned. */
-  since: number
-}
-
-type LogRow = Pick<PayoutEvent, 'id' | 'payoutUuid' | 'applied' | 'mergedFrom'>
-type HistoryRow = ReplayedRow & { payoutUuid: string }
-
-/** A payout's position as of its log row `id`, among the rows of one placeholder (or its own). */
-interface Relayed {
-  id: number
-  position: PayoutPosition
-}
-
-/** What a read loaded for its changes: their payouts now, and their logs from a bound on. */
-interface Loaded {
-  rows: LogRow[]
-  payouts: Map<string, Payout>
-  histories: Map<string, HistoryRow[]>
-  /** The relayed positions the histories start after (read before the load). */
-  relayed: Map<string, Relayed>
-}
-
 /**
  * Follows the ledger's applied changes (`payout_events`, in commit order) and broadcasts
  * each on the plugin's Transmit channels of this process, whichever process applied it: the
@@ -113,8 +71,9 @@ export class BroadcastRelay {
   /** Statements the relays of this process ran (diagnostics: the bench's relay cost). */
   static statements = 0
   #options: BroadcastRelayOptions
-  #frontier: number | null = null
-  #gaps: Gap[] = []
+  /** The frontier and the gaps below it (moved only once a read was all read). */
+  #cursor: RelayCursor
+  #reads: RelayReads
   /** Payouts whose last change went out without an owner (insertion order, bounded). */
   #ownerless = new Set<string>()
   /** The last position relayed per payout and placeholder (least recently used first). */
@@ -131,6 +90,11 @@ export class BroadcastRelay {
 
   constructor(options: BroadcastRelayOptions) {
     this.#options = options
+    this.#cursor = new RelayCursor(options.gapWaitMs)
+    this.#reads = new RelayReads({
+      bounded: (query) => this.#bounded(query),
+      known: (key) => this.#relayed.get(key),
+    })
     const { channel, logger } = options
     if (channel && isPostgres(this.#client())) {
       this.#listener = new CommitListener({
@@ -149,7 +113,7 @@ export class BroadcastRelay {
 
   /** Whether its cursor is set: every change committed from then on goes out. */
   get started() {
-    return this.#frontier !== null
+    return this.#cursor.started
   }
 
   /** Starts following the log from its newest change (its first read at once). */
@@ -180,7 +144,7 @@ export class BroadcastRelay {
 
   /** The ids it still waits for, as ranges (tests, diagnostics). */
   pendingGaps(): Array<[number, number]> {
-    return this.#gaps.map((gap) => [gap.from, gap.to])
+    return this.#cursor.pendingGaps()
   }
 
   /** Runs `work` once the read in hand ended: reads never overlap (nothing sent twice). */
@@ -244,79 +208,36 @@ export class BroadcastRelay {
    * moves (cursor, gaps) until all of it was read: a read failing halfway is read again.
    */
   async #read(): Promise<number> {
-    if (this.#frontier === null) return this.#begin()
+    const cursor = this.#cursor
+    if (cursor.frontier === null) return this.#begin()
     const client = this.#client()
-    const frontier = this.#frontier
-    const fresh: LogRow[] = await this.#bounded(
-      PayoutEvent.query({ client })
-        .select(LOG_COLUMNS)
-        .where('id', '>', frontier)
-        .orderBy('id', 'asc')
-        .limit(BATCH)
-    )
-    const seen = Date.now()
-    const { gapWaitMs } = this.#options
-    // The gaps as they were before this read: each is read back below, from `started` on.
-    const started = Date.now()
-    const filled = await this.#readGaps(client, this.#gaps)
-    let gaps = this.#gaps
-    for (const row of filled) gaps = fill(gaps, row.id)
-    // Given up: still missing in a read that started once its wait was over.
-    const expired = gaps.filter((gap) => started - gap.since >= gapWaitMs)
-    if (expired.length > 0) debug('relay: %d gaps given up', expired.length)
-    gaps = gaps.filter((gap) => started - gap.since < gapWaitMs)
-    let expected = frontier + 1
-    for (const row of fresh) {
-      if (row.id > expected) gaps.push({ from: expected, to: row.id - 1, since: seen })
-      expected = row.id + 1
-    }
+    const fresh = await this.#reads.after(client, cursor.frontier)
+    const seenAt = Date.now()
+    // The gaps as they were before this read: each is read back below, from `startedAt` on.
+    const startedAt = Date.now()
+    const filled = await this.#reads.inGaps(client, cursor.gaps)
+    const step = cursor.step({
+      fresh: fresh.map((row) => row.id),
+      seenAt,
+      found: filled.map((row) => row.id),
+      startedAt,
+    })
+    if (step.expired.length > 0) debug('relay: %d gaps given up', step.expired.length)
     // Rows of one payout commit in id order (its row is locked): id order keeps its order.
     const rows = [...filled, ...fresh].sort((a, b) => a.id - b.id)
     const relevant = rows.filter((row) => row.applied || this.#ownerless.has(row.payoutUuid))
     await this.#options.afterRead?.()
-    const loaded = relevant.length === 0 ? null : await this.#load(relevant)
-    this.#frontier = fresh.at(-1)?.id ?? frontier
-    this.#gaps = gaps
+    const loaded = relevant.length === 0 ? null : await this.#reads.load(this.#client(), relevant)
+    cursor.commit(step)
     if (loaded && !this.#stopped) this.#broadcast(loaded)
     return fresh.length
   }
 
-  /** The rows that appeared in `gaps`, every gap read (in statements of a few ranges each). */
-  async #readGaps(client: QueryClientContract, gaps: Gap[]): Promise<LogRow[]> {
-    const found: LogRow[] = []
-    for (let start = 0; start < gaps.length; start += GAPS_PER_READ) {
-      const chunk = gaps.slice(start, start + GAPS_PER_READ)
-      const rows: LogRow[] = await this.#bounded(
-        PayoutEvent.query({ client })
-          .select(LOG_COLUMNS)
-          .where((ids) => {
-            for (const gap of chunk) ids.orWhereBetween('id', [gap.from, gap.to])
-          })
-          .orderBy('id', 'asc')
-      )
-      found.push(...rows)
-    }
-    return found
-  }
-
   /** The frontier at the newest change, and the gaps among the newest ids still open. */
   async #begin(): Promise<number> {
-    const newest = await this.#bounded(
-      PayoutEvent.query({ client: this.#client() })
-        .select('id')
-        // A primary-key range read from its end (SQLite's plan says SCAN without a bound).
-        .where('id', '>', 0)
-        .orderBy('id', 'desc')
-        .limit(START_WINDOW)
-    )
-    const ids = newest.map((row) => row.id).reverse()
-    const now = Date.now()
-    for (let i = 1; i < ids.length; i++) {
-      if (ids[i] > ids[i - 1] + 1)
-        this.#gaps.push({ from: ids[i - 1] + 1, to: ids[i] - 1, since: now })
-    }
-    this.#frontier = ids.at(-1) ?? 0
-    debug('relay: from change %d', this.#frontier)
+    const ids = await this.#reads.newest(this.#client())
+    const frontier = this.#cursor.begin(ids, Date.now())
+    debug('relay: from change %d', frontier)
     return 0
   }
 
@@ -370,117 +291,6 @@ export class BroadcastRelay {
       this.#relayed.delete(this.#relayed.keys().next().value!)
     }
   }
-
-  /**
-   * The payouts of `rows` as they are now, and their logs up to the last of `rows`: from the
-   * position last relayed when it is known (the rows after it), else whole. A row whose
-   * payout is gone moved meanwhile (its placeholder merged into a UUID): it is read again by
-   * id and replayed under `merged_from`.
-   */
-  async #load(rows: LogRow[]): Promise<Loaded> {
-    const client = this.#client()
-    const relayed = new Map<string, Relayed>()
-    const last = rows[rows.length - 1].id
-    const loaded = await this.#fetch(client, rows, last, relayed)
-    const moved = rows.filter(
-      (row) =>
-        !loaded.payouts.has(row.payoutUuid) ||
-        !loaded.histories.get(row.payoutUuid)?.some((event) => event.id === row.id)
-    )
-    if (moved.length === 0) return { rows, ...loaded, relayed }
-    const now = new Map<number, LogRow>()
-    for (let start = 0; start < moved.length; start += BATCH) {
-      const ids = moved.slice(start, start + BATCH).map((row) => row.id)
-      const found: LogRow[] = await this.#bounded(
-        PayoutEvent.query({ client }).select(LOG_COLUMNS).whereIn('id', ids)
-      )
-      for (const row of found) now.set(row.id, row)
-    }
-    const again = moved.flatMap((row) => {
-      const current = now.get(row.id)
-      return current && current.payoutUuid !== row.payoutUuid ? [current] : []
-    })
-    if (again.length > 0) {
-      debug('relay: %d changes read again under the payout they merged into', again.length)
-      const more = await this.#fetch(client, again, last, relayed)
-      for (const [uuid, payout] of more.payouts) loaded.payouts.set(uuid, payout)
-      for (const [uuid, history] of more.histories) loaded.histories.set(uuid, history)
-    }
-    const merged = rows.map((row) =>
-      now.has(row.id) && moved.includes(row) ? now.get(row.id)! : row
-    )
-    return { rows: merged, ...loaded, relayed }
-  }
-
-  /** The payouts of `rows` and their log rows up to `last` (the replay's columns), bounded. */
-  async #fetch(
-    client: QueryClientContract,
-    rows: LogRow[],
-    last: number,
-    relayed: Map<string, Relayed>
-  ) {
-    // Per payout, the rows after its lowest known position; all of them when one is unknown.
-    const after = new Map<string, number>()
-    for (const row of rows) {
-      const key = positionKey(row)
-      const known = this.#relayed.get(key)
-      const usable = row.applied && known && known.id < row.id ? known : null
-      if (usable) relayed.set(key, usable)
-      const bound = usable ? usable.id : 0
-      after.set(row.payoutUuid, Math.min(after.get(row.payoutUuid) ?? bound, bound))
-    }
-    const payouts = new Map<string, Payout>()
-    const histories = new Map<string, HistoryRow[]>()
-    const uuids = [...after.keys()]
-    for (let start = 0; start < uuids.length; start += BATCH) {
-      const chunk = uuids.slice(start, start + BATCH)
-      const whole = chunk.filter((uuid) => after.get(uuid) === 0)
-      const since = chunk.filter((uuid) => after.get(uuid)! > 0)
-      const [found, events] = await Promise.all([
-        this.#bounded(
-          Payout.query({ client }).select(PAYOUT_COLUMNS).whereIn('payout_uuid', chunk)
-        ),
-        this.#bounded(
-          PayoutEvent.query({ client })
-            .select(REPLAY_COLUMNS)
-            .where((own) => {
-              if (whole.length > 0) own.orWhereIn('payout_uuid', whole)
-              for (const uuid of since) {
-                own.orWhere((one) =>
-                  one.where('payout_uuid', uuid).where('id', '>', after.get(uuid)!)
-                )
-              }
-            })
-            .where('id', '<=', last)
-            .orderBy('id', 'asc')
-        ),
-      ])
-      for (const payout of found) payouts.set(payout.payoutUuid, payout)
-      for (const event of events as HistoryRow[]) {
-        const list = histories.get(event.payoutUuid) ?? []
-        list.push(event)
-        histories.set(event.payoutUuid, list)
-      }
-    }
-    return { payouts, histories }
-  }
-}
-
-/** Where a change's position is kept: its payout, and its placeholder when merged from one. */
-function positionKey(row: Pick<LogRow, 'payoutUuid' | 'mergedFrom'>) {
-  return `${row.payoutUuid}\u0000${row.mergedFrom ?? ''}`
-}
-
-/** `gaps` with the id that appeared taken out: its gap shrinks or splits. */
-function fill(gaps: Gap[], id: number): Gap[] {
-  const at = gaps.findIndex((gap) => gap.from <= id && id <= gap.to)
-  if (at === -1) return gaps
-  const gap = gaps[at]
-  const parts = [
-    { ...gap, to: id - 1 },
-    { ...gap, from: id + 1 },
-  ].filter((part) => part.from <= part.to)
-  return [...gaps.slice(0, at), ...parts, ...gaps.slice(at + 1)]
 }
 
 /**
