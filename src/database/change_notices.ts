@@ -9,10 +9,8 @@ import { tableNames } from './schema.ts'
  * relays poll.
  */
 
-/** Whether this is PostgreSQL (LISTEN/NOTIFY). */
-export function isPostgres(client: QueryClientContract): boolean {
-  return client.dialect.name === 'postgres'
-}
+/** Whether this is PostgreSQL (LISTEN/NOTIFY); kept here for the relays that import it. */
+export { isPostgres } from './dialects.ts'
 
 /** The channel a ledger's commits are announced on: its events table's name. */
 export function changesChannel(tablePrefix?: string): string {

@@ -1,5 +1,6 @@
 import { DateTime } from 'luxon'
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
+import { isMysql } from './dialects.ts'
 
 /** What the date helpers need of a Lucid query or transaction client. */
 export type DateClient = Pick<QueryClientContract, 'dialect'>
@@ -41,7 +42,7 @@ export function fromDbDate(client: DateClient, value: unknown): DateTime | null 
   }
   if (value instanceof Date) {
     const instant = DateTime.fromJSDate(value, { zone: 'utc' })
-    if (client.dialect.name !== 'mysql') return instant
+    if (!isMysql(client)) return instant
     return instant.setZone(mysqlZone(client)).setZone('utc', { keepLocalTime: true })
   }
   if (typeof value === 'number') return DateTime.fromMillis(value, { zone: 'utc' })

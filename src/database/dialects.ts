@@ -1,5 +1,9 @@
 import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
+import type { Knex } from 'knex'
 import type { DateTime } from 'luxon'
+
+/** What the dialect predicates need of a Lucid query or transaction client. */
+type DialectClient = Pick<QueryClientContract, 'dialect'>
 
 /** Lucid dialects whose SQL has INSERT ... ON CONFLICT DO NOTHING ... RETURNING. */
 export const RETURNING_DIALECTS = new Set([
@@ -9,6 +13,16 @@ export const RETURNING_DIALECTS = new Set([
   'sqlite3',
   'libsql',
 ])
+
+/** Whether `INSERT`/`UPDATE ... RETURNING` (and `ON CONFLICT DO NOTHING`) work here: not on MySQL. */
+export function hasReturning(client: DialectClient): boolean {
+  return RETURNING_DIALECTS.has(client.dialect.name)
+}
+
+/** Whether this is PostgreSQL (LISTEN/NOTIFY). */
+export function isPostgres(client: DialectClient): boolean {
+  return client.dialect.name === 'postgres'
+}
 
 const SQLITE_DIALECTS = new Set(['sqlite3', 'better-sqlite3', 'libsql'])
 
@@ -39,8 +53,16 @@ export async function beginWriting(trx: TransactionClientContract, table: string
 const MYSQL_DIALECTS = new Set(['mysql'])
 
 /** Whether this is MySQL or MariaDB (Lucid names both dialects `mysql`). */
-export function isMysql(client: QueryClientContract): boolean {
+export function isMysql(client: DialectClient): boolean {
   return MYSQL_DIALECTS.has(client.dialect.name)
+}
+
+/**
+ * Whether a knex schema builder (`this.schema` in a migration, `db.connection().schema`)
+ * builds for MySQL or MariaDB: knex names its dialect on the builder's client.
+ */
+export function buildsForMysql(schema: Knex.SchemaBuilder): boolean {
+  return MYSQL_DIALECTS.has((schema as unknown as { client: { dialect: string } }).client.dialect)
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex'
 import { DEFAULT_TABLE_PREFIX } from '../constants.ts'
+import { buildsForMysql } from './dialects.ts'
 
 /** Table names of the plugin, prefixed (`svc_` by default). */
 export function tableNames(prefix = DEFAULT_TABLE_PREFIX) {
@@ -24,7 +25,7 @@ export function tableNames(prefix = DEFAULT_TABLE_PREFIX) {
  */
 export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
   const t = tableNames(prefix)
-  const mysql = (schema as unknown as { client: { dialect: string } }).client.dialect === 'mysql'
+  const mysql = buildsForMysql(schema)
   const money = (table: Knex.CreateTableBuilder, name: string) => table.string(name, 64).nullable()
   // MySQL: DATETIME(3), not TIMESTAMP (its 2038 end, its session time zone, and its implicit
   // DEFAULT/ON UPDATE CURRENT_TIMESTAMP where explicit_defaults_for_timestamp is off).
@@ -258,7 +259,7 @@ export function dropPayoutsIndexes(schema: Knex.SchemaBuilder, prefix = DEFAULT_
  */
 export function createPayoutsLeases(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
   const t = tableNames(prefix)
-  const mysql = (schema as unknown as { client: { dialect: string } }).client.dialect === 'mysql'
+  const mysql = buildsForMysql(schema)
   const at = (table: Knex.CreateTableBuilder | Knex.AlterTableBuilder, name: string) =>
     mysql ? table.datetime(name, { precision: 3 }) : table.timestamp(name, { useTz: true })
   return schema

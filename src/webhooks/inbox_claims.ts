@@ -1,0 +1,317 @@
+import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
+import { affectedRows, locksRows, skipsLockedRows } from '../database/dialects.ts'
+import { dbDate } from '../database/dates.ts'
+import { boundedTransaction, withStatementTimeout } from '../database/deadline.ts'
+import {
+  batches,
+  MAX_BATCH,
+  type InboxContext,
+  type InboxRow,
+  type InboxVerdict,
+} from './inbox_context.ts'
+
+/** The columns a claim reads back. */
+const CLAIMED_COLUMNS = ['id', 'delivery_id', 'event_type', 'raw_body', 'source', 'attempts']
+
+function toInboxRow(row: any): InboxRow {
+  return {
+    id: Number(row.id),
+    deliveryId: row.delivery_id,
+    eventType: row.event_type,
+    rawBody: Buffer.from(row.raw_body, 'base64'),
+    source: row.source,
+    attempts: Number(row.attempts),
+  }
+}
+
+/** A statement of the row-by-row processing path, under the processing bound. */
+function processingTimeout<Query extends { timeout(ms: number): Query }>(
+  context: InboxContext,
+  query: Query
+): Query {
+  return withStatementTimeout(query, context.options.transactionTimeoutMs ?? 0)
+}
+
+/** Due rows: new ones, failed ones past their backoff, processing ones past their lease. */
+function due<Query>(query: Query, client: QueryClientContract, now: Date): Query {
+  return (query as any).where((q: any) => {
+    q.where('state', 'pending').orWhere((failed: any) => {
+      failed
+        .whereIn('state', ['failed', 'processing'])
+        .where('next_attempt_at', '<=', dbDate(client, now))
+    })
+  })
+}
+
+/** The row, while the claim that read it holds: still `processing`, at the same attempt. */
+function held<Query>(query: Query, row: Pick<InboxRow, 'id' | 'attempts'>): Query {
+  return (query as any)
+    .where('id', row.id)
+    .where('state', 'processing')
+    .where('attempts', row.attempts)
+}
+
+/** The leased claim of `InboxStore.claimDue`: due rows marked `processing` until the lease. */
+export async function claimDue(
+  context: InboxContext,
+  now: Date,
+  limit: number,
+  leaseMs: number
+): Promise<InboxRow[]> {
+  const client = context.client()
+  const table = context.table
+  const candidates: Array<{ id: number; state: string; attempts: number }> =
+    await processingTimeout(
+      context,
+      due(client.from(table).select('id', 'state', 'attempts'), client, now)
+        .orderBy('id', 'asc')
+        .limit(limit)
+    )
+  if (candidates.length === 0) return []
+  const lease = dbDate(client, new Date(now.getTime() + leaseMs))
+
+  if (batches(context, client)) {
+    // One statement claims the batch. The due condition is checked again inside it, so a
+    // row another instance claimed in between (its lease now in the future) is skipped.
+    const claimedRows: any[] = await due(
+      client
+        .knexQuery()
+        .table(table)
+        .whereIn(
+          'id',
+          candidates.map((candidate) => candidate.id)
+        ),
+      client,
+      now
+    )
+      .update({
+        state: 'processing',
+        next_attempt_at: lease,
+        attempts: client.knexRawQuery('attempts + 1'),
+      })
+      .returning(CLAIMED_COLUMNS)
+    return claimedRows.map(toInboxRow).sort((x, y) => x.id - y.id)
+  }
+
+  const claimed: InboxRow[] = []
+  for (const candidate of candidates) {
+    const updated = await client
+      .from(table)
+      .where('id', candidate.id)
+      .where('state', candidate.state)
+      .where('attempts', candidate.attempts)
+      .update({ state: 'processing', next_attempt_at: lease, attempts: candidate.attempts + 1 })
+    if (affectedRows(updated) !== 1) continue
+    const row = await client.from(table).where('id', candidate.id).first()
+    // Deleted between the claim and the read (pruning, an operator): nothing to process.
+    if (!row) continue
+    claimed.push(toInboxRow(row))
+  }
+  return claimed
+}
+
+/** Whether `processDueInTransaction` works on this client (see `InboxStore`). */
+export function claimsInTransaction(context: InboxContext, client: QueryClientContract): boolean {
+  return batches(context, client) || (!context.options.rowByRow && skipsLockedRows(client))
+}
+
+/** The claim of `InboxStore.processDueInTransaction`: claimed, worked on and marked in one transaction. */
+export async function processDueInTransaction(
+  context: InboxContext,
+  now: Date,
+  limit: number,
+  work: (trx: TransactionClientContract, rows: InboxRow[]) => Promise<InboxVerdict[]>
+): Promise<{ rows: InboxRow[]; verdicts: InboxVerdict[] } | null> {
+  const timeoutMs = context.options.transactionTimeoutMs ?? 0
+  return boundedTransaction(
+    context.client(),
+    { timeoutMs, what: 'inbox processing', writes: context.table },
+    async (trx) => {
+      const claimed = batches(context, trx)
+        ? await claimReturning(context.table, trx, now, limit)
+        : await claimLocking(context.table, trx, now, limit)
+      if (claimed.length === 0) return null
+      const rows = claimed.map(toInboxRow).sort((x, y) => x.id - y.id)
+      const verdicts = await work(trx, rows)
+      for (const [index, verdict] of verdicts.entries()) {
+        if (verdict.state === 'processed' && verdict.note === null) continue
+        await trx
+          .from(context.table)
+          .where('id', rows[index].id)
+          .update({
+            state: verdict.state,
+            processed_at: verdict.state === 'dead' ? null : dbDate(trx, now),
+            last_error: (verdict.note ?? '').slice(0, 2000),
+          })
+      }
+      return { rows, verdicts }
+    }
+  )
+}
+
+/** What a claim marks on its rows: done, unless the transaction rolls back. */
+function claimedColumns(trx: TransactionClientContract, now: Date) {
+  return {
+    state: 'processed',
+    processed_at: dbDate(trx, now),
+    next_attempt_at: null,
+    last_error: null,
+    attempts: trx.knexRawQuery('attempts + 1'),
+  }
+}
+
+/**
+ * Claimed in one statement (the job-queue form): the subquery picks due rows in id order
+ * and, on PostgreSQL, locks them, skipping rows another instance holds.
+ */
+async function claimReturning(
+  table: string,
+  trx: TransactionClientContract,
+  now: Date,
+  limit: number
+) {
+  const candidates = due(trx.knexQuery().table(table).select('id'), trx, now)
+    .orderBy('id', 'asc')
+    .limit(limit)
+  if (locksRows(trx)) candidates.forUpdate().skipLocked()
+  const claimed: any[] = await due(trx.knexQuery().table(table).whereIn('id', candidates), trx, now)
+    .update(claimedColumns(trx, now))
+    .returning(CLAIMED_COLUMNS)
+  return claimed
+}
+
+/**
+ * Claimed without RETURNING (MySQL): due rows are read and locked with `SELECT ... FOR
+ * UPDATE SKIP LOCKED`, skipping rows another instance holds, then marked with one UPDATE.
+ * The locks last until COMMIT, so no other instance can claim them in between. InnoDB
+ * locks every row a locking read reads before it sorts, so each read follows the
+ * `(state, next_attempt_at)` index instead, stopping at `limit`: new rows (pending, no
+ * lease) come in id order, then due retries and expired leases in due order. A read
+ * sorted by id across them all would lock every due row, and leave the other instances
+ * nothing to take.
+ */
+async function claimLocking(
+  tableName: string,
+  trx: TransactionClientContract,
+  now: Date,
+  limit: number
+) {
+  const pick = (query: any, count: number): Promise<any[]> =>
+    query.select(CLAIMED_COLUMNS).limit(count).forUpdate().skipLocked()
+  const table = () => trx.knexQuery().table(tableName)
+  const picked = await pick(
+    table().where('state', 'pending').whereNull('next_attempt_at').orderBy('id', 'asc'),
+    limit
+  )
+  if (picked.length < limit) {
+    picked.push(
+      ...(await pick(
+        table()
+          .whereIn('state', ['failed', 'processing'])
+          .where('next_attempt_at', '<=', dbDate(trx, now))
+          .orderBy([
+            { column: 'state', order: 'asc' },
+            { column: 'next_attempt_at', order: 'asc' },
+            { column: 'id', order: 'asc' },
+          ]),
+        limit - picked.length
+      ))
+    )
+  }
+  if (picked.length === 0) return []
+  await table()
+    .whereIn(
+      'id',
+      picked.map((row) => row.id)
+    )
+    .update(claimedColumns(trx, now))
+  return picked.map((row) => ({ ...row, attempts: Number(row.attempts) + 1 }))
+}
+
+/** `InboxStore.processClaimed`: one leased row marked done and worked on in one transaction. */
+export async function processClaimed<T>(
+  context: InboxContext,
+  row: Pick<InboxRow, 'id' | 'attempts'>,
+  now: Date,
+  work: (trx: TransactionClientContract) => Promise<{ note: string | null; value: T }>
+): Promise<{ value: T } | null> {
+  const timeoutMs = context.options.transactionTimeoutMs ?? 0
+  return boundedTransaction(
+    context.client(),
+    { timeoutMs, what: 'inbox processing', writes: context.table },
+    async (trx) => {
+      const marked = await held(trx.from(context.table), row).update({
+        state: 'processed',
+        processed_at: dbDate(trx, now),
+        next_attempt_at: null,
+        last_error: null,
+      })
+      if (affectedRows(marked) !== 1) return null
+      const { note, value } = await work(trx)
+      if (note !== null) {
+        await trx
+          .from(context.table)
+          .where('id', row.id)
+          .update({ last_error: note.slice(0, 2000) })
+      }
+      return { value }
+    }
+  )
+}
+
+/** `InboxStore.renewLeases`: leases extended in chunks of `MAX_BATCH` rows. */
+export async function renewLeases(
+  context: InboxContext,
+  rows: Array<Pick<InboxRow, 'id' | 'attempts'>>,
+  until: Date
+): Promise<number> {
+  if (rows.length === 0) return 0
+  const client = context.client()
+  let renewed = 0
+  for (let start = 0; start < rows.length; start += MAX_BATCH) {
+    const chunk = rows.slice(start, start + MAX_BATCH)
+    const updated = await processingTimeout(
+      context,
+      client
+        .from(context.table)
+        .where('state', 'processing')
+        .where((heldRows) => {
+          for (const row of chunk) {
+            heldRows.orWhere((one) => one.where('id', row.id).where('attempts', row.attempts))
+          }
+        })
+    ).update({ next_attempt_at: dbDate(client, until) })
+    renewed += affectedRows(updated)
+  }
+  return renewed
+}
+
+/** `InboxStore.markProcessed`: rows marked done in one statement. */
+export async function markProcessed(context: InboxContext, ids: number[], note: string | null) {
+  if (ids.length === 0) return
+  const client = context.client()
+  await processingTimeout(context, client.from(context.table).whereIn('id', ids)).update({
+    state: 'processed',
+    processed_at: dbDate(client),
+    next_attempt_at: null,
+    last_error: note,
+  })
+}
+
+/** `InboxStore.markFailed`: a failure recorded, for a retry or the dead letters. */
+export async function markFailed(
+  context: InboxContext,
+  id: number,
+  error: string,
+  retryAt: Date | null,
+  claim?: { attempts: number }
+) {
+  const client = context.client()
+  const query = client.from(context.table).where('id', id)
+  if (claim) query.where('state', 'processing').where('attempts', claim.attempts)
+  await processingTimeout(context, query).update({
+    state: retryAt ? 'failed' : 'dead',
+    next_attempt_at: retryAt ? dbDate(client, retryAt) : null,
+    last_error: error.slice(0, 2000),
+  })
+}

@@ -1,0 +1,57 @@
+import type { QueryClientContract } from '@adonisjs/lucid/types/database'
+import { hasReturning } from '../database/dialects.ts'
+
+/** A delivery as the route hands it to the inbox. */
+export interface InboxDeliveryInput {
+  deliveryId: string
+  eventType: string
+  rawBody: Buffer
+  signatureHeader: string | null
+  source: 'webhook' | 'websocket'
+}
+
+/** A stored delivery, as the processor reads it back. */
+export interface InboxRow {
+  id: number
+  deliveryId: string
+  eventType: string
+  rawBody: Buffer
+  source: string
+  attempts: number
+}
+
+/** What became of a row processed inside the claiming transaction. */
+export type InboxVerdict =
+  { state: 'processed'; note: string | null } | { state: 'dead'; note: string }
+
+/** How an `InboxStore` runs its statements. */
+export interface InboxStoreOptions {
+  /**
+   * Forces row-by-row inserts and leased claims (the path a failed batch takes), for
+   * tests of that path on every dialect.
+   */
+  rowByRow?: boolean
+  /**
+   * How long one insert statement may take before its waiters fail and the next batch
+   * starts (its connection is dropped); 0 waits forever.
+   */
+  insertTimeoutMs?: number
+  /** How long a processing transaction may take before it is abandoned; 0 waits forever. */
+  transactionTimeoutMs?: number
+}
+
+/** What the inbox's queries share: its table, its options, and its connection. */
+export interface InboxContext {
+  table: string
+  options: InboxStoreOptions
+  /** The inbox's connection, looked up anew at each use. */
+  client(): QueryClientContract
+}
+
+/** Rows per statement: far below every dialect's bound-parameter limit (8 per row). */
+export const MAX_BATCH = 200
+
+/** Multi-row statements with RETURNING here (not MySQL, nor when row by row is forced). */
+export function batches(context: InboxContext, client: QueryClientContract): boolean {
+  return !context.options.rowByRow && hasReturning(client)
+}

@@ -1,0 +1,209 @@
+import type { QueryClientContract } from '@adonisjs/lucid/types/database'
+import { skipsLockedRows } from '../database/dialects.ts'
+import { dbDate } from '../database/dates.ts'
+import { withDeadline } from '../time_bounds.ts'
+import {
+  boundedTransaction,
+  dropIdleConnections,
+  withStatementTimeout,
+} from '../database/deadline.ts'
+import { batches, MAX_BATCH, type InboxContext, type InboxDeliveryInput } from './inbox_context.ts'
+
+interface PendingInsert {
+  input: InboxDeliveryInput
+  resolve: (outcome: 'stored' | 'duplicate') => void
+  reject: (error: unknown) => void
+}
+
+/** Unique-violation codes of SQLite, PostgreSQL and MySQL/MariaDB. */
+function isUniqueViolation(error: unknown): boolean {
+  const code = (error as { code?: string }).code
+  return (
+    code === 'SQLITE_CONSTRAINT_UNIQUE' ||
+    code === 'SQLITE_CONSTRAINT_PRIMARYKEY' ||
+    code === '23505' ||
+    code === 'ER_DUP_ENTRY'
+  )
+}
+
+/**
+ * Group commit here: one statement per batch with RETURNING, or on MySQL one transaction
+ * that reads which ids exist and inserts the rest in one `INSERT IGNORE`.
+ */
+export function groupsInserts(context: InboxContext, client: QueryClientContract): boolean {
+  return batches(context, client) || (!context.options.rowByRow && skipsLockedRows(client))
+}
+
+/**
+ * The inbox's insert path (`InboxStore.insert`): deliveries arriving together are queued and
+ * stored in one statement and one commit per batch, each waiter told its own outcome.
+ */
+export class InboxInserts {
+  constructor(private context: InboxContext) {}
+
+  /** Queues a delivery; resolves once its row is committed, or found stored already. */
+  insert(input: InboxDeliveryInput): Promise<'stored' | 'duplicate'> {
+    return new Promise((resolve, reject) => {
+      this.#waiting.push({ input, resolve, reject })
+      if (!this.#flushing) {
+        this.#flushing = true
+        // After this turn's I/O callbacks, so every delivery read in this turn joins.
+        setImmediate(() => void this.#flush())
+      }
+    })
+  }
+
+  #waiting: PendingInsert[] = []
+  #flushing = false
+
+  async #flush() {
+    while (this.#waiting.length > 0) {
+      const batch = this.#waiting.splice(0, MAX_BATCH)
+      const client = this.context.client()
+      if (!groupsInserts(this.context, client)) {
+        // Row by row forced: one row at a time, each delivery told its own outcome.
+        for (const entry of batch) {
+          await this.#bounded(this.#insertOne(client, entry.input)).then(
+            entry.resolve,
+            entry.reject
+          )
+        }
+        continue
+      }
+      try {
+        const outcomes = await this.#bounded(
+          this.#insertBatch(
+            client,
+            batch.map((entry) => entry.input)
+          )
+        )
+        batch.forEach((entry, index) => entry.resolve(outcomes[index]))
+      } catch (error) {
+        for (const entry of batch) entry.reject(error)
+      }
+    }
+    this.#flushing = false
+  }
+
+  /**
+   * A stuck statement fails its own waiters and lets the loop go on with the next batch.
+   * Were it awaited unbounded, one connection that stops answering without closing would
+   * hold every later delivery behind it, for good.
+   */
+  #bounded<T>(insert: Promise<T>): Promise<T> {
+    return withDeadline(
+      insert,
+      this.context.options.insertTimeoutMs ?? 0,
+      'inbox insert',
+      (error) => dropIdleConnections(this.context.client(), error)
+    )
+  }
+
+  /** A statement of the route's insert, under the route's bound. */
+  #statementTimeout<Query extends { timeout(ms: number): Query }>(query: Query): Query {
+    return withStatementTimeout(query, this.context.options.insertTimeoutMs ?? 0)
+  }
+
+  /** One multi-row insert; rows whose delivery id exists already are skipped, not failed. */
+  async #insertBatch(
+    client: QueryClientContract,
+    inputs: InboxDeliveryInput[]
+  ): Promise<Array<'stored' | 'duplicate'>> {
+    // The same id twice in one batch: the first is the delivery, the rest duplicates.
+    const firstIndex = new Map<string, number>()
+    inputs.forEach((input, index) => {
+      if (!firstIndex.has(input.deliveryId)) firstIndex.set(input.deliveryId, index)
+    })
+    const receivedAt = dbDate(client)
+    const rows = [...firstIndex.values()].map((index) => this.#row(inputs[index], receivedAt))
+    const stored = batches(this.context, client)
+      ? await this.#insertReturning(client, rows)
+      : await this.#insertIgnoring(client, rows)
+    return inputs.map((input, index) =>
+      firstIndex.get(input.deliveryId) === index && stored.has(input.deliveryId)
+        ? 'stored'
+        : 'duplicate'
+    )
+  }
+
+  /** The delivery ids one `INSERT ... ON CONFLICT DO NOTHING RETURNING` stored. */
+  async #insertReturning(client: QueryClientContract, rows: Array<{ delivery_id: string }>) {
+    const inserted: Array<{ delivery_id: string }> = await this.#statementTimeout(
+      client
+        .knexQuery()
+        .table(this.context.table)
+        .insert(rows)
+        .onConflict('delivery_id')
+        .ignore()
+        .returning('delivery_id')
+    )
+    return new Set(inserted.map((row) => row.delivery_id))
+  }
+
+  /**
+   * MySQL has no RETURNING: in one transaction, the ids already stored are read and the
+   * others inserted in one INSERT (not `INSERT IGNORE`, which would also turn a refused
+   * value into a stored default). A delivery another instance stores in between fails that
+   * INSERT as a duplicate: the batch is then stored row by row, each row told its outcome.
+   */
+  async #insertIgnoring(client: QueryClientContract, rows: Array<{ delivery_id: string }>) {
+    const ids = rows.map((row) => row.delivery_id)
+    const timeoutMs = this.context.options.insertTimeoutMs ?? 0
+    try {
+      return await boundedTransaction(
+        client,
+        { timeoutMs, what: 'inbox insert', writes: this.context.table },
+        async (trx) => {
+          const existing: Array<{ delivery_id: string }> = await this.#statementTimeout(
+            trx
+              .knexQuery()
+              .table(this.context.table)
+              .select('delivery_id')
+              .whereIn('delivery_id', ids)
+          )
+          const known = new Set(existing.map((row) => row.delivery_id))
+          const fresh = rows.filter((row) => !known.has(row.delivery_id))
+          if (fresh.length > 0) {
+            await this.#statementTimeout(trx.knexQuery().table(this.context.table).insert(fresh))
+          }
+          return new Set(fresh.map((row) => row.delivery_id))
+        }
+      )
+    } catch (error) {
+      if (!isUniqueViolation(error)) throw error
+      const stored = new Set<string>()
+      for (const row of rows) {
+        if ((await this.#insertRow(client, row)) === 'stored') stored.add(row.delivery_id)
+      }
+      return stored
+    }
+  }
+
+  async #insertOne(client: QueryClientContract, input: InboxDeliveryInput) {
+    return this.#insertRow(client, this.#row(input, dbDate(client)))
+  }
+
+  /** One row on its own: stored, or found stored already. */
+  async #insertRow(client: QueryClientContract, row: object) {
+    try {
+      await this.#statementTimeout(client.knexQuery().table(this.context.table).insert(row))
+      return 'stored' as const
+    } catch (error) {
+      if (isUniqueViolation(error)) return 'duplicate' as const
+      throw error
+    }
+  }
+
+  #row(input: InboxDeliveryInput, receivedAt: unknown) {
+    return {
+      delivery_id: input.deliveryId,
+      event_type: input.eventType,
+      raw_body: input.rawBody.toString('base64'),
+      signature_header: input.signatureHeader,
+      source: input.source,
+      state: 'pending',
+      attempts: 0,
+      received_at: receivedAt,
+    }
+  }
+}
