@@ -1,6 +1,6 @@
 import { flags } from '@adonisjs/core/ace'
 import { PayoutsCommand } from '../src/commands/payouts_command.ts'
-import { listInboxDeliveries, type InboxDeliveryView } from '../src/service/inbox_view.ts'
+import type { InboxDeliveryView } from '../src/service/inbox_view.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
 
 const STATES = ['pending', 'processing', 'failed', 'dead', 'processed'] as const
@@ -26,9 +26,8 @@ export default class PayoutsDeliveries extends PayoutsCommand<InboxDeliveryView[
   }
 
   protected async perform(payouts: PayoutsService) {
-    const { db } = await payouts.parts()
     const states = this.state?.length ? this.state : STATES.filter((s) => s !== 'processed')
-    return listInboxDeliveries(db, payouts.config, { states, limit: this.limit })
+    return payouts.deliveries({ states, limit: this.limit })
   }
 
   protected print(rows: InboxDeliveryView[]) {

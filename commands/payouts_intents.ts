@@ -1,6 +1,7 @@
 import { flags } from '@adonisjs/core/ace'
 import { MAX_INT32, PayoutsCommand } from '../src/commands/payouts_command.ts'
 import type { IntentView } from '../src/service/intents_desk.ts'
+import type { IntentState } from '../src/models/execution_intent.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
 
 const STATES = ['pending', 'unknown', 'needs_attention', 'refused', 'failed', 'succeeded']
@@ -57,18 +58,18 @@ export default class PayoutsIntents extends PayoutsCommand<IntentView[] | Intent
   }
 
   protected async perform(payouts: PayoutsService) {
-    const { executor } = await payouts.parts()
-    const { IntentsDesk, OPEN_INTENT_STATES } = await import('../src/service/intents_desk.ts')
-    const desk = new IntentsDesk(executor, payouts.config.ledger.connection)
     if (this.resolve !== undefined) {
       this.failure = 'Resolve failed'
-      return desk.resolve(Number(this.resolve), this.as as 'sent' | 'not-sent')
+      return payouts.intents.resolve(Number(this.resolve), this.as as 'sent' | 'not-sent')
     }
     if (this.retry !== undefined) {
       this.failure = 'Retry failed'
-      return desk.retry(Number(this.retry))
+      return payouts.intents.retry(Number(this.retry))
     }
-    return desk.list(this.state?.length ? this.state : OPEN_INTENT_STATES, this.limit)
+    return payouts.intents.list({
+      states: this.state as IntentState[] | undefined,
+      limit: this.limit,
+    })
   }
 
   protected print(result: IntentView[] | IntentView) {

@@ -1,7 +1,6 @@
 import { flags } from '@adonisjs/core/ace'
 import { PayoutsCommand } from '../src/commands/payouts_command.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
-import { listInboxDeliveries } from '../src/service/inbox_view.ts'
 
 type Result = Awaited<ReturnType<PayoutsService['replayInbox']>>
 const STATES = ['failed', 'dead', 'processed', 'pending'] as const
@@ -70,8 +69,7 @@ export default class PayoutsReplay extends PayoutsCommand<Result> {
   /** Refuses ids the inbox does not hold, and processed ones without --force. */
   async #checkIds(payouts: PayoutsService) {
     const ids = [...new Set(this.id)]
-    const { db } = await payouts.parts()
-    const rows = await listInboxDeliveries(db, payouts.config, { ids })
+    const rows = await payouts.deliveries({ ids })
     const found = new Set(rows.map((row) => row.deliveryId))
     const unknown = ids.filter((id) => !found.has(id))
     if (unknown.length > 0) {

@@ -3,8 +3,6 @@ import type { PayoutsClient } from '../client/payouts_client.ts'
 import { PayoutsApiError, PayoutsTimeoutError } from '../client/errors.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import { redactCredentials } from '../client/redact.ts'
-import { createClient } from '../service/wiring.ts'
-import type { Logger } from '@adonisjs/core/logger'
 import type { ReachabilityLine } from './types.ts'
 
 export type { ReachabilityLine } from './types.ts'
@@ -62,22 +60,6 @@ export class Reachability {
     }
     this.#last = { at, line }
     return line
-  }
-
-  /** Reachability through a probe client of its own: one attempt, the short timeout. */
-  static of(config: PayoutsConfig, logger: Logger) {
-    const { timeoutMs } = config.health.reachability
-    return new Reachability(config, () =>
-      createClient(
-        {
-          ...config,
-          timeoutMs,
-          retry: { ...config.retry, maxRetries: 0 },
-          clientRateLimiter: false,
-        },
-        logger
-      )
-    )
   }
 
   /** Closes the probe client's sockets. */

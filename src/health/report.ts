@@ -6,7 +6,7 @@ import { isDeadlineError, withDeadline } from '../time_bounds.ts'
 import { dropIdleConnections, withStatementTimeout } from '../database/deadline.ts'
 import { tableNames } from '../database/schema.ts'
 import type { PayoutsConfig } from '../define_config.ts'
-import type { Reachability } from '../health/reachability.ts'
+import type { Reachability } from './reachability.ts'
 import type {
   HealthLine,
   HealthLines,

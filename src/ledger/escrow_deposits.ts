@@ -10,7 +10,6 @@ import EscrowDeposit from '../models/escrow_deposit.ts'
 import Payout from '../models/payout.ts'
 import type { StablecoinToFiatExecuteData } from '../schemas/resources.ts'
 import type { EscrowEvent } from '../types/events.ts'
-import type { PayoutChange } from './vocabulary.ts'
 
 /** What the escrow deposits need: the service to read and confirm, and the event hooks. */
 export interface EscrowDepositsOptions {
@@ -58,15 +57,6 @@ function failureCode(error: unknown): string {
   return (error as { code?: string }).code ?? 'UNKNOWN'
 }
 
-/** A stablecoin payout moving out of pending: the service has the deposit. */
-function showsDetection(change: PayoutChange): boolean {
-  return (
-    change.payout.flow === 'stablecoin_to_fiat' &&
-    (change.previous === null || change.previous.status === 'pending') &&
-    (change.current.status === 'processing' || change.current.status === 'completed')
-  )
-}
-
 /**
  * The deposit a stablecoin execute asks for, stored in the execute's transaction. Created
  * once: a second store of the same response (a recovery racing the original call) must
@@ -93,7 +83,8 @@ export async function createEscrowDeposit(
 /**
  * The escrow deposits of stablecoin payouts, and every change of their state: the host
  * app records the deposit it sent (`record`), a payout change that shows the service has
- * it confirms it in the ledger's transaction (`confirmDetected`), and the manual
+ * it confirms it in the ledger's transaction (`confirmDetectedDeposits` in
+ * `escrow_detection.ts`), and the manual
  * confirmation of a deposit the fallback job claimed (`confirmClaimed`), used only as the
  * spec allows. Every request is a decision made after reading the deposit's state (the
  * local payout, then the quote status), and is sent once: never blind-retried. A refused
@@ -179,49 +170,6 @@ export class EscrowDeposits {
     }
     // Confirmed already, or the same deposit is being confirmed right now: nothing to do.
     return current
-  }
-
-  /**
-   * Inside the ledger's transaction: a stablecoin payout that leaves pending for
-   * processing or completed had its deposit detected by the service. Its deposit row, unless
-   * a fallback run holds it or is done with it, is confirmed by that change, which carries
-   * the event to fire after COMMIT (and through `renotify` after a crash).
-   */
-  async confirmDetected(trx: TransactionClientContract, changes: PayoutChange[]) {
-    for (const change of changes) {
-      if (!showsDetection(change)) continue
-      const updated = await trx
-        .from(EscrowDeposit.table)
-        .where('payout_uuid', change.payout.payoutUuid)
-        // A deposit the fallback gave up on too: the service has it after all.
-        .whereIn('state', ['awaiting_deposit', 'deposit_recorded', 'confirm_failed'])
-        .update({
-          state: 'confirmed',
-          confirmed_by_event_id: change.eventId,
-          last_error: null,
-          updated_at: dbDate(trx),
-        })
-      change.escrowConfirmed = null
-      if (affectedRows(updated) === 0) continue
-      const row = await EscrowDeposit.query({ client: trx })
-        .where('confirmed_by_event_id', change.eventId)
-        .firstOrFail()
-      change.escrowConfirmed = {
-        quoteId: row.quoteId,
-        payoutId: change.payout.payoutUuid,
-        txHash: row.txHash,
-      }
-    }
-  }
-
-  /** The deposit a change confirmed: its own annotation, else (rebuilt) the stored mark. */
-  async confirmedBy(change: PayoutChange): Promise<EscrowEvent | null> {
-    if (change.escrowConfirmed !== undefined) return change.escrowConfirmed
-    if (!showsDetection(change)) return null
-    const row = await EscrowDeposit.query({ connection: this.#options.connection })
-      .where('confirmed_by_event_id', change.eventId)
-      .first()
-    return row ? { quoteId: row.quoteId, payoutId: row.payoutUuid, txHash: row.txHash } : null
   }
 
   /**

@@ -1,9 +1,10 @@
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
 import { dbDate } from '../database/dates.ts'
-import { asStored, isMysql, locksRows, RETURNING_DIALECTS } from '../database/dialects.ts'
+import { asStored, hasReturning, isMysql, locksRows } from '../database/dialects.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
+import { confirmDetectedDeposits } from './escrow_detection.ts'
 import { insertPendingPayouts, snapshotOf } from './payout_rows.ts'
 import { DEFAULT_NOTIFY_LEASE_MS, leaseOwner, type NotifyLease } from './payout_outbox.ts'
 import { mergePlaceholders } from './read_id_placeholders.ts'
@@ -13,21 +14,8 @@ import {
   type AppliedBatch,
   type AppliedOutcome,
   type ApplyResult,
-  type PayoutChange,
   type PayoutObservation,
 } from './vocabulary.ts'
-
-/** The hook applying runs inside its transaction. */
-export interface ApplyHooks {
-  /**
-   * Runs inside the applying transaction once its changes are logged (their eventIds
-   * known), before COMMIT: for mirrors that move with the payout (escrow deposits).
-   */
-  inTransaction?: (
-    trx: TransactionClientContract,
-    changes: Array<PayoutChange<Payout>>
-  ) => Promise<void>
-}
 
 const DECIMAL_FIELDS = new Set([
   'sourceAmount',
@@ -107,12 +95,12 @@ function toEventColumns(
 /**
  * Applies observations inside a transaction: every payout row they name is locked
  * (PostgreSQL, MySQL) or held by SQLite's single writer, goes through the reducer, and
- * each observation is logged in payout_events whatever its outcome. Notifying is the
+ * each observation is logged in payout_events whatever its outcome; an escrow deposit a
+ * change shows the service detected is confirmed in the same transaction. Notifying is the
  * outbox's part, after COMMIT.
  */
 export class PayoutApplier {
   constructor(
-    private hooks: ApplyHooks = {},
     /** The notification lease this applier takes on the changes it writes (its outbox's). */
     private lease: NotifyLease = { owner: leaseOwner(), ms: DEFAULT_NOTIFY_LEASE_MS }
   ) {}
@@ -142,7 +130,7 @@ export class PayoutApplier {
         return x < y ? -1 : x > y ? 1 : a - b
       })
     const outcomes: Array<AppliedOutcome<Payout>> = []
-    if (all.length > 1 && (RETURNING_DIALECTS.has(trx.dialect.name) || isMysql(trx))) {
+    if (all.length > 1 && (hasReturning(trx) || isMysql(trx))) {
       outcomes.push(
         ...(await this.#applySet(
           trx,
@@ -192,7 +180,7 @@ export class PayoutApplier {
       }
     )
     const outcome = this.#outcome(row, observation, advance, observedAt, logged.id)
-    if (outcome.change) await this.hooks.inTransaction?.(trx, [outcome.change])
+    if (outcome.change) await confirmDetectedDeposits(trx, [outcome.change])
     return outcome
   }
 
@@ -239,7 +227,7 @@ export class PayoutApplier {
       this.#outcome(a.snapshot, a.observation, a.advance, a.observedAt, ids[index])
     )
     const changes = outcomes.flatMap(({ change }) => (change ? [change] : []))
-    if (changes.length > 0) await this.hooks.inTransaction?.(trx, changes)
+    if (changes.length > 0) await confirmDetectedDeposits(trx, changes)
     return outcomes
   }
 
@@ -250,7 +238,7 @@ export class PayoutApplier {
    */
   async #log(trx: TransactionClientContract, rows: Array<Record<string, unknown>>) {
     const table = () => trx.knexQuery().table(PayoutEvent.table)
-    if (!RETURNING_DIALECTS.has(trx.dialect.name)) {
+    if (!hasReturning(trx)) {
       const ids: number[] = []
       for (const row of rows) {
         const [id] = (await table().insert(row)) as unknown as number[]

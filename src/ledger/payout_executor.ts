@@ -29,8 +29,7 @@ import {
 import { idempotencyKeySchema } from '../schemas/common.ts'
 import { mapExecuteStatus } from './state_machine.ts'
 import { createEscrowDeposit } from './escrow_deposits.ts'
-import type { PayoutLedger } from './payout_ledger.ts'
-import type { AppliedBatch } from './vocabulary.ts'
+import type { AppliedInTransaction, PayoutLedger } from './payout_ledger.ts'
 
 /** What `execute` returns: the typed API result, the local row and the intent. */
 export interface ExecutedPayout {
@@ -345,7 +344,7 @@ export class PayoutExecutor {
   /** Stores the response, the payout and (stablecoin) the escrow row in one transaction. */
   async #store(intent: ExecutionIntent, result: ExecuteResult): Promise<ExecutedPayout> {
     const { ledger } = this.#options
-    let stored: AppliedBatch<Payout> | undefined
+    let stored: AppliedInTransaction | undefined
     // Bounded: a store that stalls fails this call, and the intent stays for recovery to
     // re-send with its key (the service answers the original payout again).
     const payout = await boundedTransaction(
@@ -405,7 +404,8 @@ export class PayoutExecutor {
         cause: error,
       })
     })
-    await ledger.notifyBatch(stored!)
+    // The ledger tells the changes after the COMMIT: the caller returns once they were told.
+    await stored!.notified
     return { result, payout, intent }
   }
 

@@ -1,64 +1,89 @@
+import type { Logger } from '@adonisjs/core/logger'
 import type { Database } from '@adonisjs/lucid/database'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { boundedTransaction } from '../database/deadline.ts'
 import { isDeadlock } from '../database/dialects.ts'
 import debug from '../debug.ts'
 import Payout from '../models/payout.ts'
-import { PayoutApplier, type ApplyHooks } from './payout_applier.ts'
+import { PayoutApplier } from './payout_applier.ts'
 import {
   DEFAULT_NOTIFY_LEASE_MS,
   leaseOwner,
   PayoutOutbox,
+  type ChangeListener,
   type NotifiedOutcomes,
-  type OutboxHooks,
 } from './payout_outbox.ts'
 import type { AppliedBatch, ApplyResult, PayoutObservation } from './vocabulary.ts'
+
+export type { ChangeListener } from './payout_outbox.ts'
 
 /** Runs of one batch when the database picks it as a deadlock's victim (see `applyBatch`). */
 const DEADLOCK_ATTEMPTS = 3
 
-/** What the ledger's owner runs around a change: inside its transaction and after COMMIT. */
-export type LedgerHooks = ApplyHooks &
-  OutboxHooks & {
-    /**
-     * Runs after the COMMIT of a batch that logged a change or gave a payout its owner, once
-     * per batch and before the change hooks: the relays are told to read (a NOTIFY).
-     */
-    onCommitted?: () => void
-  }
+/** How a ledger is bound: its connection, its time bounds, and who is told of its commits. */
+export interface PayoutLedgerOptions {
+  /** The Lucid connection (the app's default when absent). */
+  connection?: string
+  /** Bound of `applyBatch`'s transaction (see `boundedTransaction`); 0 waits forever. */
+  transactionTimeoutMs?: number
+  /** The notification lease on each change this ledger writes (`events.notifyLeaseMs`). */
+  notifyLeaseMs?: number
+  /**
+   * Told once after each COMMIT that logged a change or gave a payout its owner, before the
+   * changes are told (PostgreSQL with the relay on: a NOTIFY that wakes the relays).
+   */
+  notices?: { committed(): void } | null
+  /** Where a failure after COMMIT is logged: nobody is left to throw it to. */
+  logger?: Pick<Logger, 'error'>
+}
+
+/** A batch applied inside a caller's transaction, and when its changes were told. */
+export type AppliedInTransaction = AppliedBatch<Payout> & {
+  /**
+   * Settles once the batch's changes were told to the listener after the transaction's
+   * COMMIT (at once when it changed nothing; never rejects). A caller awaits it only to
+   * return after the events, never to make them happen: the ledger registered them on the
+   * transaction. Left pending when the transaction never commits.
+   */
+  notified: Promise<void>
+}
 
 /**
  * The one place payout state changes. Every observation runs in a transaction that locks
  * the row (PostgreSQL, MySQL) or holds SQLite's single writer, goes through the reducer,
- * is logged in payout_events whatever the outcome, and notifies after COMMIT. The log is
- * also the outbox: an applied change stays un-notified until its hook has run, so a change
- * whose process died between COMMIT and the hook is notified by `renotify` later. A change
- * is written under this process's notification lease (`notifyLeaseMs`, renewed while its
- * hook runs), so no other live process fires it: only a process that died leaves its
- * changes to another one, once their lease expired.
+ * is logged in payout_events whatever the outcome, and is told to the listener after
+ * COMMIT: the ledger registers that on the transaction itself (`trx.after('commit')`), so
+ * no caller pairs it by hand. The log is also the outbox: an applied change stays
+ * un-notified until the listener has heard it, so a change whose process died between
+ * COMMIT and the listener is notified by `renotify` later. A change is written under this
+ * ledger's notification lease (`notifyLeaseMs`, renewed while its listener runs), so no
+ * other live process fires it: only a process that died leaves its changes to another one,
+ * once their lease expired.
  *
- * Applying lives in `PayoutApplier` (with the read-id placeholders it merges first), the
- * notifying in `PayoutOutbox`; this class puts them together.
+ * Applying lives in `PayoutApplier` (with the read-id placeholders it merges first and the
+ * escrow deposits it confirms), the notifying in `PayoutOutbox`; this class puts them
+ * together.
  */
 export class PayoutLedger {
+  #db: Database
   #applier: PayoutApplier
   #outbox: PayoutOutbox
-  #onCommitted?: () => void
+  #options: PayoutLedgerOptions
 
-  constructor(
-    private db: Database,
-    hooks: LedgerHooks = {},
-    private connection?: string,
-    /** Bound of `applyBatch`'s transaction (see `boundedTransaction`); 0 waits forever. */
-    private transactionTimeoutMs = 0,
-    /** The notification lease on each change this process writes (`events.notifyLeaseMs`). */
-    notifyLeaseMs = DEFAULT_NOTIFY_LEASE_MS
-  ) {
+  constructor(db: Database, listener: ChangeListener = {}, options: PayoutLedgerOptions = {}) {
+    this.#db = db
+    this.#options = options
     // Its own owner: another ledger of this process fences its changes as another process does.
-    const lease = { owner: leaseOwner(), ms: notifyLeaseMs }
-    this.#applier = new PayoutApplier(hooks, lease)
-    this.#outbox = new PayoutOutbox(db, hooks, connection, transactionTimeoutMs, lease)
-    this.#onCommitted = hooks.onCommitted
+    const lease = { owner: leaseOwner(), ms: options.notifyLeaseMs ?? DEFAULT_NOTIFY_LEASE_MS }
+    this.#applier = new PayoutApplier(lease)
+    this.#outbox = new PayoutOutbox(
+      db,
+      listener,
+      options.connection,
+      options.transactionTimeoutMs ?? 0,
+      lease,
+      options.logger
+    )
   }
 
   /** Applies one observation (see `applyBatch`). */
@@ -75,25 +100,22 @@ export class PayoutLedger {
    * them one by one, each with its own retries. A transaction the database rolled back as a
    * deadlock's victim (MySQL's locking of new rows can make one between two instances
    * inserting payouts side by side) is run again, up to `DEADLOCK_ATTEMPTS` times in all.
-   * Changes are notified after COMMIT.
+   * Returns once the changes were told.
    */
   async applyBatch(observations: PayoutObservation[]): Promise<Array<ApplyResult<Payout>>> {
     if (observations.length === 0) return []
     const batch = await this.#applyRetryingDeadlocks(observations)
-    await this.notifyBatch(batch)
+    await batch.notified
     return batch.results
   }
 
   async #applyRetryingDeadlocks(observations: PayoutObservation[]) {
+    const { connection, transactionTimeoutMs = 0 } = this.#options
     for (let attempt = 1; ; attempt++) {
       try {
         return await boundedTransaction(
-          this.db.connection(this.connection),
-          {
-            timeoutMs: this.transactionTimeoutMs,
-            what: 'ledger transaction',
-            writes: Payout.table,
-          },
+          this.#db.connection(connection),
+          { timeoutMs: transactionTimeoutMs, what: 'ledger transaction', writes: Payout.table },
           (trx) => this.applyBatchInTransaction(trx, observations)
         )
       } catch (error) {
@@ -105,21 +127,42 @@ export class PayoutLedger {
 
   /**
    * `applyBatch` inside a caller's transaction (the inbox marks its rows processed in the
-   * same one). The caller must call `notifyBatch` after its COMMIT.
+   * same one, the executor its intent). Its changes are told after that transaction's
+   * COMMIT, and not at all if it rolls back (see `notified`).
    */
-  applyBatchInTransaction(
+  async applyBatchInTransaction(
     trx: TransactionClientContract,
     observations: PayoutObservation[]
-  ): Promise<AppliedBatch<Payout> & NotifiedOutcomes> {
-    return this.#applier.applyBatchInTransaction(trx, observations)
+  ): Promise<AppliedInTransaction> {
+    const batch = await this.#applier.applyBatchInTransaction(trx, observations)
+    return { ...batch, notified: this.#tellAfterCommit(trx, batch) }
   }
 
-  /** Runs the change hooks of an applied batch, after its COMMIT (see `PayoutOutbox`). */
-  notifyBatch(batch: NotifiedOutcomes): Promise<void> {
-    if (batch.outcomes.some(({ change, result }) => change || result?.ownerAttached)) {
-      this.#onCommitted?.()
+  /**
+   * Registers the batch's telling on the transaction: after its COMMIT, the commit notice,
+   * then the outbox. Lucid swallows what an `after` hook throws, so the hook only starts the
+   * work, which records its own failure (the outbox leaves a change it could not tell to
+   * `renotify`).
+   */
+  #tellAfterCommit(trx: TransactionClientContract, batch: NotifiedOutcomes): Promise<void> {
+    if (!batch.outcomes.some(({ change, result }) => change || result?.ownerAttached)) {
+      return Promise.resolve()
     }
-    return this.#outbox.notifyBatch(batch)
+    return new Promise<void>((resolve) => {
+      trx.after('commit', () => resolve(this.#tell(batch)))
+      trx.after('rollback', () => resolve())
+    })
+  }
+
+  async #tell(batch: NotifiedOutcomes): Promise<void> {
+    try {
+      this.#options.notices?.committed()
+    } catch (error) {
+      debug('ledger: commit notice failed: %s', (error as Error).message)
+    }
+    await this.#outbox.notifyBatch(batch).catch((error) => {
+      this.#options.logger?.error({ err: error }, 'payouts change listeners failed after commit')
+    })
   }
 
   /** The outbox sweep: notifies the changes a dead process left un-notified, after their lease. */

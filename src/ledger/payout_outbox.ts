@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { hostname } from 'node:os'
+import type { Logger } from '@adonisjs/core/logger'
 import type { Database } from '@adonisjs/lucid/database'
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
@@ -10,18 +11,25 @@ import { affectedRows, asStored } from '../database/dialects.ts'
 import debug from '../debug.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
-import type { ObservationSource } from '../types/events.ts'
+import type { EscrowEvent, ObservationSource } from '../types/events.ts'
+import { depositConfirmedBy } from './escrow_detection.ts'
 import { replayChange } from './change_replay.ts'
 import type { ApplyResult, PayoutChange } from './vocabulary.ts'
 
-/** The hooks the outbox runs after COMMIT. */
-export interface OutboxHooks {
-  /** Runs after COMMIT, once per real change; never for duplicates or stale events. */
-  onChange?: (change: PayoutChange<Payout>) => void | Promise<void>
+/**
+ * Who hears what the ledger committed (the plugin's notifier; a test's recorder): given to
+ * the ledger when it is built, called by its outbox after COMMIT.
+ */
+export interface ChangeListener {
   /**
-   * Runs after COMMIT when an observation that changes nothing gives the payout its owner
-   * (the service's payout.created can arrive before the execute response): the owner's
-   * listeners have not heard of the payout yet.
+   * Once per real change, never for duplicates or stale events, with the escrow deposit the
+   * change confirmed (the service detected it), if any.
+   */
+  onChange?: (change: PayoutChange<Payout>, deposit: EscrowEvent | null) => void | Promise<void>
+  /**
+   * When an observation that changes nothing gives the payout its owner (the service's
+   * payout.created can arrive before the execute response): the owner's listeners have not
+   * heard of the payout yet.
    */
   onOwnerAttached?: (change: PayoutChange<Payout>) => void | Promise<void>
 }
@@ -98,12 +106,14 @@ export class PayoutOutbox {
 
   constructor(
     private db: Database,
-    private hooks: OutboxHooks = {},
+    private listener: ChangeListener = {},
     private connection?: string,
     /** Bound of the sweep and of each statement outside a transaction; 0 waits forever. */
     private timeoutMs = 0,
     /** The lease this instance holds on the changes it notifies (its applier's). */
-    private lease: NotifyLease = { owner: leaseOwner(), ms: DEFAULT_NOTIFY_LEASE_MS }
+    private lease: NotifyLease = { owner: leaseOwner(), ms: DEFAULT_NOTIFY_LEASE_MS },
+    /** Where a failure with nobody to throw to is logged (the app's logger). */
+    private logger?: Pick<Logger, 'error'>
   ) {}
 
   /**
@@ -145,7 +155,7 @@ export class PayoutOutbox {
           }
           continue
         }
-        if (this.hooks.onChange) await this.hooks.onChange(change)
+        await this.#tell(change)
         left.delete(change.eventId)
         // Not marked (database away): kept leased, the mark retried at each renewal. Only a
         // successor of this process (it died before the mark) runs their hook again.
@@ -435,9 +445,22 @@ export class PayoutOutbox {
 
   /** An owner given to a payout whose changes went out without one: its position now. */
   async #announceOwner(result?: ApplyResult<Payout>) {
-    if (!result?.ownerAttached || !this.hooks.onOwnerAttached) return
+    if (!result?.ownerAttached || !this.listener.onOwnerAttached) return
     const latest = await this.#latestChange(result.payout)
-    if (latest) await this.hooks.onOwnerAttached(latest)
+    if (latest) await this.listener.onOwnerAttached(latest)
+  }
+
+  /**
+   * One change told to the listener, with the deposit it confirmed; a deposit that cannot be
+   * read (the database away) is logged, and the change still goes out without it.
+   */
+  async #tell(change: PayoutChange<Payout>) {
+    if (!this.listener.onChange) return
+    const deposit = await depositConfirmedBy(change, this.connection).catch((error) => {
+      this.logger?.error({ err: error }, 'payouts escrow detection not read')
+      return null
+    })
+    await this.listener.onChange(change, deposit)
   }
 
   /** The payout's last applied change, as the position it holds now. */

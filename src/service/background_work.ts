@@ -5,7 +5,7 @@ import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
 import type { HostLockServices, JobLocks } from '../jobs/locks.ts'
 import type { JobScheduler } from '../jobs/scheduler.ts'
 import type { PayoutsStream } from '../stream/payouts_stream.ts'
-import type { HeartbeatName, Heartbeats } from './heartbeats.ts'
+import type { HeartbeatName, Heartbeats } from '../health/heartbeats.ts'
 import type { ServiceParts } from './wiring.ts'
 
 /** What the background work needs from the service. */
@@ -47,7 +47,7 @@ export class BackgroundWork {
   async beat(name: HeartbeatName, options?: { atMostEveryMs?: number }): Promise<void> {
     const { config, logger, parts } = this.#options
     try {
-      this.#heartbeats ??= Promise.all([parts(), import('./heartbeats.ts')]).then(
+      this.#heartbeats ??= Promise.all([parts(), import('../health/heartbeats.ts')]).then(
         ([{ db }, { Heartbeats }]) => new Heartbeats({ db, config, logger })
       )
       const heartbeats = await this.#heartbeats
@@ -146,7 +146,7 @@ export class BackgroundWork {
   async startStream(url: string, onStored?: () => void): Promise<PayoutsStream> {
     if (this.#stream) return this.#stream
     const { PayoutsStream } = await import('../stream/payouts_stream.ts')
-    const { streamToInbox } = await import('./pipeline.ts')
+    const { streamToInbox } = await import('../stream/stream_to_inbox.ts')
     const { config, logger, catchUp } = this.#options
     const { inbox, processor } = await this.#options.parts()
     if (!config.apiKey) throw new E_PAYOUTS_API_KEY_MISSING()

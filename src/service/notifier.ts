@@ -2,7 +2,8 @@ import type { Logger } from '@adonisjs/core/logger'
 import type { EmitterService, EventsList } from '@adonisjs/core/types'
 import { isDeadlineError, withDeadline } from '../time_bounds.ts'
 import type { PayoutsConfig } from '../define_config.ts'
-import type { PayoutChange } from '../ledger/vocabulary.ts'
+import type { ChangeListener } from '../ledger/payout_outbox.ts'
+import { toChangedEvent, type PayoutChange } from '../ledger/vocabulary.ts'
 import type { EscrowEvent, PayoutChangedEvent } from '../types/events.ts'
 import {
   changeEventNames,
@@ -59,7 +60,7 @@ export interface PayoutsNotifierOptions {
  * and each channel's broadcast is attempted on its own, and a failure is logged, never
  * thrown back at the work that committed.
  */
-export class PayoutsNotifier {
+export class PayoutsNotifier implements ChangeListener {
   #options: PayoutsNotifierOptions
   #transmit?: ChannelBroadcaster
   /** The relay broadcasts every change (`transmit.relay`): this process does not do it directly. */
@@ -92,10 +93,12 @@ export class PayoutsNotifier {
   }
 
   /**
-   * A committed change: the escrow deposit it showed first (the payout moved because the
-   * service had it), then the change's app events in order, then its broadcasts.
+   * A committed change (the ledger's outbox tells it): the escrow deposit it showed first
+   * (the payout moved because the service had it), then the change's app events in order,
+   * then its broadcasts.
    */
-  async changed(change: PayoutChange, event: PayoutChangedEvent, deposit: EscrowEvent | null) {
+  async onChange(change: PayoutChange, deposit: EscrowEvent | null) {
+    const event = toChangedEvent(change)
     if (deposit) await this.emit('payouts:escrow_confirmed', deposit)
     for (const name of changeEventNames(change)) await this.emit(name, event)
     if (!this.#relayed) this.broadcast(event)
@@ -105,8 +108,8 @@ export class PayoutsNotifier {
    * A payout that just got its owner: the owner's listeners missed its changes so far, so
    * its current position goes out on the owner's channel once (no app event: those fired).
    */
-  ownerAttached(event: PayoutChangedEvent) {
-    if (!this.#relayed) this.broadcast(event, { ownerOnly: true })
+  onOwnerAttached(change: PayoutChange) {
+    if (!this.#relayed) this.broadcast(toChangedEvent(change), { ownerOnly: true })
   }
 
   /**

@@ -1,16 +1,20 @@
 import { inspect } from 'node:util'
 import type { HttpRouterService } from '@adonisjs/core/types'
 import type { PayoutsClient } from '../client/main.ts'
+import type { HttpContext } from '@adonisjs/core/http'
 import { redactCredentials } from '../client/redact.ts'
 import type { ExecuteInput } from '../client/payouts_client.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import debug from '../debug.ts'
 import { E_PAYOUTS_FEATURE_DISABLED } from '../errors.ts'
+import type { HeartbeatName } from '../health/heartbeats.ts'
 import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
+import type { IntentState } from '../models/execution_intent.ts'
 import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
 import type { PayoutsFake, PayoutsFakeOptions } from '../testing/payouts_fake.ts'
 import type { SecretStore } from '../webhooks/secret_store.ts'
 import { BackgroundWork } from './background_work.ts'
+import { LiveConnection, type PayoutsConnection } from './connection.ts'
 import type { BroadcastRelay } from './broadcast_relay.ts'
 import {
   PayoutsNotifier,
@@ -27,18 +31,18 @@ export type { PayoutsServiceDeps, ServiceParts } from './wiring.ts'
 /**
  * The plugin's entry point inside an AdonisJS app: a configured client, the ledger,
  * the webhook route and its inbox. Resolved as `payouts.manager` or injected by class.
- * A thin adapter: the parts are wired once (`wiring.ts`), an event's way through them is
- * `pipeline.ts`, what the app hears is `notifier.ts`.
+ * A thin adapter: the parts are wired once on the connection in use (`wiring.ts`), what the
+ * app hears is `notifier.ts`; docs/architecture.md follows an event through them.
  */
 export class PayoutsService {
   readonly config: PayoutsConfig
   #deps: PayoutsServiceDeps
-  #client?: PayoutsClient
+  /** The configured service; `#connection` is it unless `fake()` put its emulator there. */
+  #live: LiveConnection
+  #connection: PayoutsConnection
   #parts?: Promise<ServiceParts>
   #notifier: PayoutsNotifier
   #background: BackgroundWork
-  #reachability?: import('../health/reachability.ts').Reachability
-  #fake?: PayoutsFake
   /** Set by `registerChannels` when the relay carries the changes to Transmit. */
   #relayed = false
   /** Set by `relayBroadcasts`: this process serves Transmit's subscribers (a web process). */
@@ -48,6 +52,8 @@ export class PayoutsService {
   constructor(config: PayoutsConfig, deps: PayoutsServiceDeps) {
     this.config = config
     this.#deps = deps
+    this.#live = new LiveConnection(config, deps.logger, deps.createClient)
+    this.#connection = this.#live
     this.#notifier = new PayoutsNotifier({ config, logger: deps.logger, emitter: deps.emitter })
     this.#background = new BackgroundWork({
       config,
@@ -66,9 +72,7 @@ export class PayoutsService {
 
   /** The framework-free API client, created on first use (the fake's while faked). */
   get client(): PayoutsClient {
-    if (this.#fake) return this.#fake.client
-    this.#client ??= this.#deps.createClient()
-    return this.#client
+    return this.#connection.client
   }
 
   /**
@@ -87,52 +91,50 @@ export class PayoutsService {
         config: this.config,
         httpServer: this.#deps.httpServer,
         // Without a ledger there is no inbox: the deliveries were answered, nothing to process.
-        drainInbox: () =>
-          this.config.ledger.enabled && this.#deps.database
-            ? this.drainInbox()
-            : Promise.resolve(0),
+        drainInbox: () => (this.#ledgerEnabled() ? this.drainInbox() : Promise.resolve(0)),
       },
       options
     )
-    await this.#forgetParts()
-    this.#fake = fake
+    await this.#use(fake.connection)
     return fake
   }
 
   /** Puts the real client back after `fake()` and stops the fake (a no-op when not faked). */
   async restore() {
-    const fake = this.#fake
-    if (!fake) return
-    await this.#forgetParts()
-    this.#fake = undefined
+    const fake = this.#connection
+    if (fake === this.#live) return
+    await this.#use(this.#live)
     await fake.close()
   }
 
   /**
-   * Drops the parts built on the client in use (they hold it), once their processing is
-   * idle; the next call builds them again on the client in use then.
+   * Switches the connection the service talks to. The parts built on the former one (they
+   * hold its client) are dropped once their processing is idle; the next call builds them
+   * again on this one.
    */
-  async #forgetParts() {
+  async #use(connection: PayoutsConnection) {
     const parts = await this.#parts?.catch(() => null)
     await parts?.processor.idle()
     this.#parts = undefined
-    await this.#reachability?.close()
-    this.#reachability = undefined
+    this.#connection = connection
   }
 
-  /** Ledger, executor and inbox, built once on first use (wiring and Lucid loaded lazily). */
+  /**
+   * @internal The parts behind the service, built once on first use (wiring and Lucid loaded
+   * lazily). The plugin's own tests reach in here; an app uses the methods below.
+   */
   parts(): Promise<ServiceParts> {
     const { database } = this.#deps
     if (!this.config.ledger.enabled || !database) {
       return Promise.reject(new E_PAYOUTS_FEATURE_DISABLED(['ledger']))
     }
     if (!this.#parts) {
-      const client = this.client
+      const connection = this.#connection
       this.#parts = import('./wiring.ts').then(({ buildParts }) =>
         buildParts({
           config: this.config,
           deps: { ...this.#deps, database },
-          client,
+          connection,
           notifier: this.#notifier,
         })
       )
@@ -249,25 +251,19 @@ export class PayoutsService {
    * Secrets the webhook route accepts now: the configured current one, the configured
    * previous one until its `previousSecretValidUntil`, and the current secret of each
    * subscription stored by payouts:webhooks:create / rotate-secret (never a rotated-out one).
+   * `maxAgeMs`: the stored ones are read again unless read within this time.
    */
-  async webhookSecrets(
-    now = Date.now(),
-    options: {
-      /** Reads the stored secrets again unless read within this time (see the route). */
-      maxAgeMs?: number
-    } = {}
-  ): Promise<string[]> {
-    const { secret, previousSecret, previousSecretValidUntil } = this.config.webhook
-    const secrets = secret ? [secret] : []
-    if (this.#fake?.webhookSecret) secrets.push(this.#fake.webhookSecret)
-    if (previousSecret && previousSecretValidUntil && Date.parse(previousSecretValidUntil) > now) {
-      secrets.push(previousSecret)
+  async webhookSecrets(now = Date.now(), options: { maxAgeMs?: number } = {}): Promise<string[]> {
+    if (this.#ledgerEnabled()) {
+      const { acceptedSecrets } = await this.parts()
+      return acceptedSecrets.list(now, options)
     }
-    if (this.config.ledger.enabled && this.#deps.database) {
-      const { secrets: store } = await this.parts()
-      if (store) secrets.push(...(await store.activeSecrets(options)))
-    }
-    return secrets
+    const { AcceptedSecrets } = await import('../webhooks/accepted_secrets.ts')
+    return new AcceptedSecrets(this.config.webhook, this.#connection.webhookSecrets, null).list(now)
+  }
+
+  #ledgerEnabled(): boolean {
+    return this.config.ledger.enabled && Boolean(this.#deps.database)
   }
 
   /**
@@ -291,16 +287,19 @@ export class PayoutsService {
    * provider makes the bodyparser skip it, so the signature is checked over raw bytes.
    */
   async registerRoutes(router: HttpRouterService) {
-    const { webhookRoute } = await import('./pipeline.ts')
-    const receiver = webhookRoute({
-      config: this.config.webhook,
-      logger: this.#deps.logger,
-      parts: () => this.parts(),
-      secrets: (options) => this.webhookSecrets(Date.now(), options),
-    })
-    return router
-      .post(this.config.webhook.path, (ctx) => receiver.handle(ctx))
-      .as('payouts.webhook')
+    return router.post(this.config.webhook.path, (ctx) => this.#receive(ctx)).as('payouts.webhook')
+  }
+
+  /** One delivery, through the receiver built with the parts (503 when they cannot be). */
+  async #receive(ctx: HttpContext) {
+    let parts: ServiceParts
+    try {
+      parts = await this.parts()
+    } catch (error) {
+      this.#deps.logger.error({ err: error }, 'payouts webhook not stored')
+      return ctx.response.status(503).send({ error: 'temporarily unavailable' })
+    }
+    return parts.receiver.handle(ctx)
   }
 
   /** Reads quiet non-terminal payouts and applies what the service says (source `poll`). */
@@ -372,17 +371,13 @@ export class PayoutsService {
    * prints and `PayoutsCheck` gives AdonisJS health checks.
    */
   async health() {
-    const { readHealth } = await import('./health.ts')
-    const { Reachability } = await import('../health/reachability.ts')
-    const ledger = this.config.ledger.enabled && this.#deps.database ? await this.parts() : null
-    this.#reachability ??= this.#fake
-      ? new Reachability(this.config, () => this.client)
-      : Reachability.of(this.config, this.#deps.logger)
+    const { readHealth } = await import('../health/report.ts')
+    const ledger = this.#ledgerEnabled() ? await this.parts() : null
     return readHealth({
       config: this.config,
       environment: this.client.environment,
       db: ledger?.db ?? null,
-      reachability: this.#reachability,
+      reachability: await this.#connection.reachability(),
       watchingSince: this.#background.startedAt,
     })
   }
@@ -399,11 +394,53 @@ export class PayoutsService {
     return options.dryRun ? pruning : this.#background.recorded('job:prune', pruning)
   }
 
-  /** Processes every due inbox row now (tests, commands, the retry timer). */
-  async drainInbox() {
+  /**
+   * Processes every due inbox row now, or at most `maxBatches` batches (the worker takes one
+   * at a time); returns how many rows were handled.
+   */
+  async drainInbox(options: { maxBatches?: number } = {}) {
     const { processor } = await this.parts()
     await processor.idle()
-    return processor.drain()
+    return processor.drain(options)
+  }
+
+  /**
+   * Stored webhook and stream deliveries, newest first, by state and/or delivery id (what
+   * `payouts:deliveries` lists and `payouts:replay --id` checks).
+   */
+  async deliveries(filter: { states?: string[]; ids?: string[]; limit?: number } = {}) {
+    const { db } = await this.parts()
+    const { listInboxDeliveries } = await import('./inbox_view.ts')
+    return listInboxDeliveries(db, this.config, filter)
+  }
+
+  /**
+   * Execution intents as an operator sees them (`payouts:intents`): the open ones (or those
+   * in `states`), one settled after a human's check at the service (`sent`: it made the
+   * payout; `not-sent`: it did not), or one re-sent with its key inside the service's window.
+   */
+  readonly intents = {
+    list: (options: { states?: IntentState[]; limit?: number } = {}) =>
+      this.#intentsDesk().then(({ desk, OPEN_INTENT_STATES }) =>
+        desk.list(options.states?.length ? options.states : OPEN_INTENT_STATES, options.limit ?? 50)
+      ),
+    resolve: (id: number, as: 'sent' | 'not-sent') =>
+      this.#intentsDesk().then(({ desk }) => desk.resolve(id, as)),
+    retry: (id: number) => this.#intentsDesk().then(({ desk }) => desk.retry(id)),
+  }
+
+  async #intentsDesk() {
+    const { executor } = await this.parts()
+    const { IntentsDesk, OPEN_INTENT_STATES } = await import('./intents_desk.ts')
+    return { desk: new IntentsDesk(executor, this.config.ledger.connection), OPEN_INTENT_STATES }
+  }
+
+  /**
+   * Records that `name` ran now, for health's heartbeats line (the worker's loop beats as
+   * `worker`; the jobs beat on their own). Bounded by `health.timeoutMs`; never rejects.
+   */
+  heartbeat(name: HeartbeatName, options?: { atMostEveryMs?: number }): Promise<void> {
+    return this.#background.beat(name, options)
   }
 
   /**
@@ -419,7 +456,7 @@ export class PayoutsService {
     return {
       environment: this.config.environment,
       baseUrl: redactCredentials(this.config.baseUrl),
-      faked: Boolean(this.#fake),
+      faked: this.#connection.faked,
     }
   }
 
@@ -438,8 +475,6 @@ export class PayoutsService {
       const parts = await this.#parts.catch(() => null)
       await parts?.processor.idle()
     }
-    await this.#client?.close()
-    this.#client = undefined
-    await this.#reachability?.close()
+    await this.#live.close()
   }
 }

@@ -2,28 +2,30 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Logger } from '@adonisjs/core/logger'
 import type { EmitterService } from '@adonisjs/core/types'
 import type { Database } from '@adonisjs/lucid/database'
-import { PayoutsClient } from '../client/main.ts'
+import type { PayoutsClient } from '../client/main.ts'
 import type { PayoutsConfig } from '../define_config.ts'
-import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
 import type { EscrowFallback } from '../jobs/escrow_fallback.ts'
 import type { HostLockServices } from '../jobs/locks.ts'
-import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
 import type { Reconciler } from '../jobs/reconciler.ts'
+import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
 import type { PayoutExecutor } from '../ledger/payout_executor.ts'
 import type { PayoutLedger } from '../ledger/payout_ledger.ts'
 import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
+import type { AcceptedSecrets } from '../webhooks/accepted_secrets.ts'
 import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
 import type { InboxStore } from '../webhooks/inbox_store.ts'
 import type { SecretCipher, SecretStore } from '../webhooks/secret_store.ts'
-import { clientRetries } from './client_retries.ts'
+import type { WebhookReceiver } from '../webhooks/webhook_receiver.ts'
+import type { PayoutsConnection } from './connection.ts'
 import { relayEnabled, type PayoutsNotifier } from './notifier.ts'
 
 /** What the service needs from the host app; all resolved lazily. */
 export interface PayoutsServiceDeps extends HostLockServices {
   logger: Logger
   /**
-   * Creates the API client on first use (`createClient` below, given the config): the client,
-   * undici and zod load with this module, which the service imports only when it runs.
+   * Creates the API client on first use (`createClient` in `connection.ts`, given the
+   * config): the client, undici and zod load with that module, which the provider imports
+   * only when the service is made.
    */
   createClient: () => PayoutsClient
   emitter?: EmitterService
@@ -42,67 +44,45 @@ export interface PayoutsServiceDeps extends HostLockServices {
   }>
 }
 
-/** The objects behind the service, each built once and sharing one database. */
+/** The objects behind the service, each built once on one connection and one database. */
 export interface ServiceParts {
   db: Database
   /** Null without the app's encryption: then no secret can be stored. */
   secrets: SecretStore | null
+  /** What the route verifies with: configured, the connection's and stored secrets. */
+  acceptedSecrets: AcceptedSecrets
   reconciler: Reconciler
   /** The escrow fallback job. */
   escrow: EscrowFallback
-  /** Escrow deposits: recorded, confirmed on detection, confirmed by the job. */
+  /** Escrow deposits: recorded by the app, confirmed by the job. */
   escrowDeposits: EscrowDeposits
   ledger: PayoutLedger
   executor: PayoutExecutor
   recipients: RecipientsMirror
   inbox: InboxStore
   processor: InboxProcessor
-}
-
-/**
- * The framework-free API client, configured from the plugin's config and logging to the app.
- * Without a key (none issued yet) it throws E_PAYOUTS_API_KEY_MISSING.
- */
-export function createClient(config: PayoutsConfig, logger: Logger): PayoutsClient {
-  if (!config.apiKey) throw new E_PAYOUTS_API_KEY_MISSING()
-  return new PayoutsClient({
-    apiKey: config.apiKey,
-    baseUrl: config.baseUrl,
-    environment: config.environment,
-    timeoutMs: config.timeoutMs,
-    retry: config.retry,
-    rateLimiter: config.clientRateLimiter,
-    paths: config.paths,
-    allowInsecureLoopbackWebhooks: config.allowInsecureLoopbackWebhooks,
-    logger: {
-      debug: (obj, msg) => {
-        logger.debug(obj, msg)
-        if (msg === 'payouts request retry' && clientRetries.hasSubscribers) {
-          clientRetries.publish(obj)
-        }
-      },
-      warn: (obj, msg) => logger.warn(obj, msg),
-    },
-  })
+  /** The signed webhook route: verify, store, acknowledge, kick the processor. */
+  receiver: WebhookReceiver
 }
 
 /** Everything `buildParts` wires together. */
 export interface WiringInput {
   config: PayoutsConfig
   deps: PayoutsServiceDeps & { database: () => Promise<Database> }
-  client: PayoutsClient
+  connection: PayoutsConnection
   notifier: PayoutsNotifier
 }
 
 /**
- * Builds the ledger, the executor, the inbox and its processor, the jobs' workers and the
- * secret store, once, on the app's database. Lucid and the models are loaded here, not
- * before, so commands that do not need them start fast.
+ * Builds the parts once, on the app's database and the connection in use, each given its
+ * collaborators: the ledger its listener (the notifier) and its commit notices, the inbox
+ * processor the ledger's event applier, the route its inbox, secrets and processor. Lucid
+ * and the models are loaded here, not before, so commands that do not need them start fast.
  */
 export async function buildParts({
   config,
   deps,
-  client,
+  connection: api,
   notifier,
 }: WiringInput): Promise<ServiceParts> {
   const [
@@ -112,11 +92,14 @@ export async function buildParts({
     { PayoutExecutor },
     { RecipientsMirror },
     { InboxStore },
+    { InboxProcessor },
+    { LedgerEventApplier },
+    { WebhookReceiver },
     { SecretStore },
+    { AcceptedSecrets },
     { Reconciler },
     { EscrowFallback },
     { EscrowDeposits },
-    pipeline,
     { CommitNotices, changesChannel, isPostgres },
   ] = await Promise.all([
     import('../models/main.ts'),
@@ -125,11 +108,14 @@ export async function buildParts({
     import('../ledger/payout_executor.ts'),
     import('../ledger/recipients_mirror.ts'),
     import('../webhooks/inbox_store.ts'),
+    import('../webhooks/inbox_processor.ts'),
+    import('../webhooks/event_applier.ts'),
+    import('../webhooks/webhook_receiver.ts'),
     import('../webhooks/secret_store.ts'),
+    import('../webhooks/accepted_secrets.ts'),
     import('../jobs/reconciler.ts'),
     import('../jobs/escrow_fallback.ts'),
     import('../ledger/escrow_deposits.ts'),
-    import('./pipeline.ts'),
     import('../database/change_notices.ts'),
   ])
   const { logger } = deps
@@ -137,7 +123,26 @@ export async function buildParts({
   const tables = tableNames(tablePrefix)
   configureModels(tablePrefix, connection)
   const db = await deps.database()
+  const client = api.client
 
+  // PostgreSQL, the relay on: each COMMIT of changes wakes the web processes' relays.
+  const notices =
+    relayEnabled(config, deps.transmitTransport?.() ?? false) &&
+    isPostgres(db.connection(connection))
+      ? new CommitNotices(
+          () => db.connection(connection),
+          changesChannel(tablePrefix),
+          transactionTimeoutMs
+        )
+      : null
+  const ledger = new PayoutLedger(db, notifier, {
+    connection,
+    transactionTimeoutMs,
+    notifyLeaseMs: config.events.notifyLeaseMs,
+    notices,
+    logger,
+  })
+  const executor = new PayoutExecutor({ db, ledger, client, connection, transactionTimeoutMs })
   const escrowDeposits = new EscrowDeposits({
     db,
     client,
@@ -159,34 +164,16 @@ export async function buildParts({
     connection,
     confirmAfterMinutes: config.jobs.escrowConfirmAfterMinutes,
   })
-  // PostgreSQL, the relay on: each COMMIT of changes wakes the web processes' relays.
-  const notices =
-    relayEnabled(config, deps.transmitTransport?.() ?? false) &&
-    isPostgres(db.connection(connection))
-      ? new CommitNotices(
-          () => db.connection(connection),
-          changesChannel(tablePrefix),
-          transactionTimeoutMs
-        )
-      : null
-  const hooks = await pipeline.notifyAfterCommit({ notifier, escrowDeposits, logger, notices })
-  const ledger = new PayoutLedger(
-    db,
-    hooks,
-    connection,
-    transactionTimeoutMs,
-    config.events.notifyLeaseMs
-  )
-  const executor = new PayoutExecutor({ db, ledger, client, connection, transactionTimeoutMs })
   const inbox = new InboxStore(db, tables.webhookDeliveries, connection, {
     insertTimeoutMs: config.webhook.ackTimeoutMs,
     transactionTimeoutMs,
   })
-  const processor = pipeline.processStoredEvents({
-    inbox,
-    ledger,
+  const processor = new InboxProcessor({
+    store: inbox,
+    applier: new LedgerEventApplier(ledger),
     logger,
     batchSize: config.webhook.processBatchSize,
+    // Bound of each step of the row-by-row path (the ledger's transaction bound).
     stepTimeoutMs: transactionTimeoutMs,
     leaseMs: config.webhook.processingLeaseMs,
   })
@@ -213,6 +200,17 @@ export async function buildParts({
         Math.ceil(config.webhook.ackTimeoutMs / 2)
       )
     : null
+  const acceptedSecrets = new AcceptedSecrets(config.webhook, api.webhookSecrets, secrets)
+  const receiver = new WebhookReceiver({
+    inbox,
+    secrets: acceptedSecrets,
+    // In worker mode the worker's loop picks the row up; this process only stores it.
+    processor: config.webhook.processing === 'worker' ? null : processor,
+    toleranceSeconds: config.webhook.toleranceSeconds,
+    maxBodyBytes: config.webhook.maxBodyBytes,
+    ackTimeoutMs: config.webhook.ackTimeoutMs,
+    logger,
+  })
   return {
     db,
     ledger,
@@ -223,6 +221,8 @@ export async function buildParts({
     escrowDeposits,
     inbox,
     processor,
+    receiver,
     secrets,
+    acceptedSecrets,
   }
 }

@@ -1,12 +1,12 @@
 import type { Logger } from '@adonisjs/core/logger'
 import { withDeadline } from '../time_bounds.ts'
-import { Heartbeats, WORKER_BEAT_EVERY_MS } from './heartbeats.ts'
+import { WORKER_BEAT_EVERY_MS } from '../health/heartbeats.ts'
 import type { PayoutsService } from './payouts_service.ts'
 
-/** What the worker drives: the service of the app it runs in. */
+/** What the worker drives: the service of the app it runs in, through its public methods. */
 export type WorkerService = Pick<
   PayoutsService,
-  'config' | 'parts' | 'startJobs' | 'startStream' | 'close'
+  'config' | 'drainInbox' | 'renotify' | 'heartbeat' | 'startJobs' | 'startStream' | 'close'
 >
 
 /** The service, where to log, and the worker's bounds. */
@@ -36,7 +36,6 @@ export class PayoutsWorker {
   #wake?: () => void
   /** Set when something was stored while the loop was busy: the next pause is skipped. */
   #woken = false
-  #heartbeats?: Heartbeats
 
   constructor(options: PayoutsWorkerOptions) {
     this.#options = options
@@ -46,36 +45,33 @@ export class PayoutsWorker {
   async start() {
     const { service, logger } = this.#options
     const { config } = service
-    const { processor, ledger, db } = await service.parts()
-    this.#heartbeats = new Heartbeats({ db, config, logger })
+    // Nothing due yet, or the database unreachable: the worker fails here, not in its loop.
+    await service.drainInbox({ maxBatches: 0 })
     if (config.jobs.enabled) await service.startJobs()
     // A stream message wakes the loop, which processes it in its next batch.
     if (config.events.sources !== 'webhooks') {
       await service.startStream({ onStored: () => this.#wakeUp() })
     }
-    this.#loop = this.#run(processor, ledger)
+    this.#loop = this.#run()
     logger.info(
       { jobs: config.jobs.enabled, stream: config.events.sources !== 'webhooks' },
       'payouts worker started'
     )
   }
 
-  async #run(
-    processor: Awaited<ReturnType<WorkerService['parts']>>['processor'],
-    ledger: Awaited<ReturnType<WorkerService['parts']>>['ledger']
-  ) {
-    const { logger } = this.#options
+  async #run() {
+    const { logger, service } = this.#options
     while (!this.#stopping) {
       let processed = 0
       let renotified = 0
       try {
-        processed = await processor.drain({ maxBatches: 1 })
-        renotified = await ledger.renotify()
+        processed = await service.drainInbox({ maxBatches: 1 })
+        renotified = await service.renotify()
       } catch (error) {
         logger.error({ err: error }, 'payouts worker batch failed')
       }
       // Health tells a dead worker by this beat (bounded, never throws).
-      await this.#heartbeats?.beat('worker', { atMostEveryMs: WORKER_BEAT_EVERY_MS })
+      await service.heartbeat('worker', { atMostEveryMs: WORKER_BEAT_EVERY_MS })
       if (processed > 0 || renotified > 0) {
         logger.info({ processed, renotified }, 'payouts worker batch')
       }

@@ -4,6 +4,8 @@ import { inspect } from 'node:util'
 import { PayoutsClient } from '../client/main.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import { E_PAYOUTS_FAKE } from '../errors.ts'
+import type { Reachability } from '../health/reachability.ts'
+import type { PayoutsConnection } from '../service/connection.ts'
 import { PayoutsEmulator } from '../emulator/emulator.ts'
 import type { FaultConfig } from '../emulator/faults.ts'
 import { listenInProcess } from '../emulator/in_process.ts'
@@ -89,6 +91,11 @@ export class PayoutsFake {
   readonly client: PayoutsClient
   /** The secret the fake signs its deliveries with; the app's route accepts it while faked. */
   readonly webhookSecret: string
+  /**
+   * @internal What the service talks to while faked: this emulator's client, the secret its
+   * deliveries are signed with, and health's probe through the same client.
+   */
+  readonly connection: PayoutsConnection
   #binding: FakeBinding
   #closeApp: () => Promise<void>
   #reported = new Set<string>()
@@ -108,6 +115,19 @@ export class PayoutsFake {
     this.webhookSecret = parts.webhookSecret
     this.#binding = parts.binding
     this.#closeApp = parts.closeApp
+    const secrets = parts.webhookSecret ? [parts.webhookSecret] : []
+    let reachability: Reachability | undefined
+    this.connection = {
+      client: parts.client,
+      webhookSecrets: secrets,
+      faked: true,
+      reachability: async () => {
+        const { Reachability } = await import('../health/reachability.ts')
+        reachability ??= new Reachability(parts.binding.config, () => parts.client)
+        return reachability
+      },
+      close: () => this.close(),
+    }
   }
 
   /** Starts the in-process emulator and points its webhooks at the app's own route. */

@@ -10,34 +10,41 @@ const UNPARSABLE = 'unparsable event body'
 /** What the one-transaction path returns when the batch must go row by row instead. */
 const GO_ROW_BY_ROW = Symbol('go row by row')
 
-/** What a handler did with its row: why it was skipped (`note`), what to run after COMMIT. */
+/** What applying a row did: why it was skipped (`note`), when its changes were told. */
 export interface HandledRow {
   note?: string | null
-  afterCommit?: () => Promise<void>
+  /** Settles once the changes the row carried were told, after COMMIT (see the ledger). */
+  notified?: Promise<void>
 }
 
 /**
- * Applies one stored event inside `trx`, the transaction that marks its row processed, so
- * the row is done exactly when the event's effects commit. A string answered is the note of
- * a row kept but not applied. Throwing rolls both back and leaves the row to be retried.
+ * What applies the stored events: the ledger's (`LedgerEventApplier`), built once and given
+ * to the processor. Each method runs inside the transaction that marks its rows, so a row is
+ * done exactly when its event's effects commit; throwing rolls both back.
  */
-export type InboxHandler = (
-  envelope: EventEnvelope,
-  row: InboxRow,
-  trx: TransactionClientContract
-) => Promise<string | void | HandledRow>
+export interface InboxApplier {
+  /**
+   * Applies one stored event in the transaction that marks its row. A string answered is
+   * the note of a row kept but not applied. Throwing leaves the row to be retried (a
+   * `PermanentEventError`: dead-lettered at once).
+   */
+  applyOne(
+    envelope: EventEnvelope,
+    row: InboxRow,
+    trx: TransactionClientContract
+  ): Promise<string | void | HandledRow>
+  /**
+   * Applies a batch in the transaction that claimed it, with a verdict per item. Throwing
+   * rolls the whole batch back: its rows then go to `applyOne` one by one. Without it, rows
+   * always go one by one.
+   */
+  applyBatch?(
+    trx: TransactionClientContract,
+    items: Array<{ envelope: EventEnvelope; row: InboxRow }>
+  ): Promise<{ verdicts: InboxVerdict[]; notified?: Promise<void> }>
+}
 
-/**
- * Applies a batch of stored events inside the transaction that claimed them, returning a
- * verdict per item and what to run once it commits (the change hooks). Throwing rolls the
- * whole batch back: its rows are then handed to `handler` one by one.
- */
-export type InboxBatchHandler = (
-  trx: TransactionClientContract,
-  items: Array<{ envelope: EventEnvelope; row: InboxRow }>
-) => Promise<{ verdicts: InboxVerdict[]; afterCommit: () => Promise<void> }>
-
-/** The inbox, the handlers that apply its events, and the retry and batch bounds. */
+/** The inbox, the applier of its events, and the retry and batch bounds. */
 export interface InboxProcessorOptions {
   store: Pick<
     InboxStore,
@@ -48,8 +55,7 @@ export interface InboxProcessorOptions {
     | 'processDueInTransaction'
     | 'claimsInTransaction'
   >
-  handler: InboxHandler
-  batchHandler?: InboxBatchHandler
+  applier: InboxApplier
   logger: Logger
   /** Attempts before a row is dead-lettered. */
   maxAttempts?: number
@@ -63,7 +69,7 @@ export interface InboxProcessorOptions {
   leaseMs?: number
   batchSize?: number
   /**
-   * Bound of every step of the row-by-row path (a claim, a handler, a mark); the batch
+   * Bound of every step of the row-by-row path (a claim, an apply, a mark); the batch
    * path's transaction is bounded by the store. A stalled step fails the drain, which is
    * logged, and the next kick starts afresh; 0 waits forever.
    */
@@ -73,14 +79,13 @@ export interface InboxProcessorOptions {
 
 /**
  * Drains the inbox after acknowledgements: claims due rows, parses them, hands them to
- * the handler. Failures back off exponentially and end in the dead-letter state, where
+ * the applier. Failures back off exponentially and end in the dead-letter state, where
  * `payouts:replay` finds them. Unknown event types are kept and marked processed.
  */
 export class InboxProcessor {
   #running?: Promise<number>
   #again = false
-  #options: Required<Omit<InboxProcessorOptions, 'now' | 'batchHandler'>> &
-    Pick<InboxProcessorOptions, 'batchHandler'> & { now: () => Date }
+  #options: Required<Omit<InboxProcessorOptions, 'now'>> & { now: () => Date }
 
   constructor(options: InboxProcessorOptions) {
     this.#options = {
@@ -146,9 +151,9 @@ export class InboxProcessor {
    * database or the batch rolled back.
    */
   async #drainInTransaction(): Promise<number | typeof GO_ROW_BY_ROW> {
-    const { store, batchHandler, logger } = this.#options
-    if (!batchHandler || !store.claimsInTransaction) return GO_ROW_BY_ROW
-    let afterCommit: (() => Promise<void>) | undefined
+    const { store, applier, logger } = this.#options
+    if (!applier.applyBatch || !store.claimsInTransaction) return GO_ROW_BY_ROW
+    let notified: Promise<void> | undefined
     let outcome: { rows: InboxRow[]; verdicts: InboxVerdict[] } | null
     try {
       outcome = await store.processDueInTransaction(
@@ -162,9 +167,9 @@ export class InboxProcessor {
             if (envelope) parsed.push({ envelope, row, index })
             else verdicts[index] = { state: 'dead', note: UNPARSABLE }
           }
-          const handled = await batchHandler(trx, parsed)
+          const handled = await applier.applyBatch!(trx, parsed)
           parsed.forEach((item, position) => (verdicts[item.index] = handled.verdicts[position]))
-          afterCommit = handled.afterCommit
+          notified = handled.notified
           return verdicts
         }
       )
@@ -184,10 +189,8 @@ export class InboxProcessor {
         )
       }
     }
-    // Hooks that fail leave their changes un-notified: renotify fires them later.
-    await afterCommit?.().catch((error) =>
-      logger.error({ err: error }, 'payouts inbox: change hooks failed after commit')
-    )
+    // Told after the COMMIT (never rejects: a listener that fails leaves its change to renotify).
+    await notified
     return outcome.rows.length
   }
 
@@ -249,19 +252,19 @@ export class InboxProcessor {
   }
 
   /**
-   * Applies one claimed row in the transaction that marks it, then runs what the handler
-   * left for after COMMIT; a failure is recorded with its backoff (or as a dead letter).
+   * Applies one claimed row in the transaction that marks it, then waits for its changes to
+   * be told after COMMIT; a failure is recorded with its backoff (or as a dead letter).
    */
   async #process(envelope: EventEnvelope, row: InboxRow): Promise<void> {
-    const { store, logger, handler } = this.#options
-    let afterCommit: (() => Promise<void>) | undefined
+    const { store, logger, applier } = this.#options
+    let notified: Promise<void> | undefined
     try {
       const done = await this.#step(
         store.processClaimed(row, this.#options.now(), async (trx) => {
-          const handled = await handler(envelope, row, trx)
-          const { note = null, afterCommit: after } =
+          const handled = await applier.applyOne(envelope, row, trx)
+          const { note = null, notified: told } =
             typeof handled === 'string' ? { note: handled } : (handled ?? {})
-          return { note, value: after }
+          return { note, value: told }
         }),
         'inbox event'
       )
@@ -269,7 +272,7 @@ export class InboxProcessor {
         debug('inbox: delivery %s was taken by another process', row.deliveryId)
         return
       }
-      afterCommit = done.value
+      notified = done.value
       debug('inbox: delivery %s processed', row.deliveryId)
     } catch (error) {
       const message = (error as Error).message ?? String(error)
@@ -286,9 +289,7 @@ export class InboxProcessor {
       await this.#step(store.markFailed(row.id, message, retryAt, row), 'inbox mark')
       return
     }
-    // Hooks that fail leave their changes un-notified: renotify fires them later.
-    await afterCommit?.().catch((error) =>
-      logger.error({ err: error }, 'payouts inbox: change hooks failed after commit')
-    )
+    // Told after the COMMIT (never rejects: a listener that fails leaves its change to renotify).
+    await notified
   }
 }

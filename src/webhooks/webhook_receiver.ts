@@ -4,16 +4,23 @@ import { isDeadlineError, withDeadline } from '../time_bounds.ts'
 import debug from '../debug.ts'
 import { verifySignature } from '../signature/main.ts'
 import { BodyTooLargeError, readRawBody } from './raw_body.ts'
+import type { AcceptedSecrets } from './accepted_secrets.ts'
+import type { InboxProcessor } from './inbox_processor.ts'
 import type { InboxStore } from './inbox_store.ts'
 
-/** Options of the signed webhook route. */
+/** The signed webhook route's collaborators and bounds. */
 export interface WebhookReceiverOptions {
   inbox: Pick<InboxStore, 'insert'>
   /**
-   * The secrets to verify with, current ones first. Asked again with `fresh` when none
-   * matches, so a secret stored by another process since the last read is not refused.
+   * The secrets to verify with, current ones first. Read again (at most once a second) when
+   * none matches, so a secret stored by another process since the last read is not refused.
    */
-  secrets: (options?: { fresh?: boolean }) => string[] | Promise<string[]>
+  secrets: Pick<AcceptedSecrets, 'list'>
+  /**
+   * Kicked after a new delivery is stored, so processing starts after the ack (inline
+   * mode); null in worker mode, where the worker's loop picks the row up.
+   */
+  processor: Pick<InboxProcessor, 'kick'> | null
   toleranceSeconds: number
   maxBodyBytes: number
   /**
@@ -22,8 +29,6 @@ export interface WebhookReceiverOptions {
    */
   ackTimeoutMs: number
   logger: Logger
-  /** Called after a new delivery is persisted, so processing starts after the ack. */
-  onStored?: () => void
   nowSeconds?: () => number
 }
 
@@ -79,7 +84,7 @@ export class WebhookReceiver {
     if (outcome === 'duplicate') {
       return response.status(200).send({ received: true, duplicate: true })
     }
-    this.options.onStored?.()
+    this.options.processor?.kick()
     return response.status(200).send({ received: true })
   }
 
@@ -98,11 +103,12 @@ export class WebhookReceiver {
         toleranceSeconds: this.options.toleranceSeconds,
         nowSeconds: this.options.nowSeconds?.(),
       })
-    let secrets = await this.options.secrets()
+    let secrets = await this.options.secrets.list()
     let verdict = verify(secrets)
     if (!verdict.ok && verdict.reason === 'no_matching_signature') {
-      // Perhaps a secret stored by another process since the cache was filled.
-      const fresh = await this.options.secrets({ fresh: true })
+      // Perhaps a secret stored by another process since the cache was filled (another
+      // instance, payouts:webhooks:rotate-secret): read again, at most once a second.
+      const fresh = await this.options.secrets.list(Date.now(), { maxAgeMs: 1000 })
       if (fresh.some((secret) => !secrets.includes(secret))) verdict = verify(fresh)
       secrets = fresh
     }

@@ -6,9 +6,10 @@ import type { Database } from '@adonisjs/lucid/database'
 import { EscrowFallback } from '../../src/jobs/escrow_fallback.ts'
 import { EscrowDeposits } from '../../src/ledger/escrow_deposits.ts'
 import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
-import { PayoutLedger, type LedgerHooks } from '../../src/ledger/payout_ledger.ts'
+import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import { toChangedEvent, type PayoutChange } from '../../src/ledger/vocabulary.ts'
 import { EscrowDeposit, ExecutionIntent, PayoutEvent } from '../../src/models/main.ts'
+import type { EscrowEvent } from '../../src/types/events.ts'
 import { testClient, executeBodies, startEmulator } from '../emulator/helpers.ts'
 import { boundedConnection, connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { TcpProxy } from '../helpers/tcp_proxy.ts'
@@ -34,8 +35,8 @@ async function setup(
 }
 
 /** A ledger whose process "dies" in its change hook: the change commits, its events never fire. */
-function dyingLedger(db: Database, hooks: LedgerHooks = {}) {
-  return new PayoutLedger(db, { ...hooks, onChange: () => new Promise(() => {}) })
+function dyingLedger(db: Database) {
+  return new PayoutLedger(db, { onChange: () => new Promise(() => {}) })
 }
 
 /** Waits (5 s at most, looking every 10 ms) until `find` sees what another process did. */
@@ -179,12 +180,10 @@ test.group(`Chaos regressions | escrow detection (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, client } = await setup(cleanup)
-    const deposits = new EscrowDeposits({ db, client })
+    const { db } = await setup(cleanup)
     const payoutId = '0f4c3f6e-2222-4a4a-8b8b-000000000002'
     const quoteId = '0f4c3f6e-3333-4a4a-8b8b-000000000003'
-    const hooks = { inTransaction: deposits.confirmDetected.bind(deposits) }
-    await new PayoutLedger(db, { ...hooks, onChange: () => {} }).apply({
+    await new PayoutLedger(db, { onChange: () => {} }).apply({
       payoutId,
       status: 'pending',
       source: 'execute',
@@ -192,15 +191,15 @@ test.group(`Chaos regressions | escrow detection (${TEST_DB})`, () => {
     })
     await EscrowDeposit.create({ quoteId, payoutUuid: payoutId, state: 'awaiting_deposit' })
     // The detecting change commits with the deposit, then its process "dies" in the hook.
-    const dying = dyingLedger(db, hooks)
+    const dying = dyingLedger(db)
     void dying.apply({ payoutId, status: 'processing', step: 'collected', source: 'webhook' })
     const deposit = await eventually('the detection to commit', () =>
       EscrowDeposit.query().where('quote_id', quoteId).where('state', 'confirmed').first()
     )
-    const fired: Array<Awaited<ReturnType<EscrowDeposits['confirmedBy']>>> = []
+    // The restarted ledger tells each change with the deposit it confirmed.
+    const fired: Array<EscrowEvent | null> = []
     const restarted = new PayoutLedger(db, {
-      ...hooks,
-      onChange: async (change) => void fired.push(await deposits.confirmedBy(change)),
+      onChange: (_change, confirmed) => void fired.push(confirmed),
     })
     await leasesExpired()
     assert.equal(await restarted.renotify({ olderThanMs: 0 }), 1)

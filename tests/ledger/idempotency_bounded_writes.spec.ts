@@ -45,7 +45,7 @@ async function executorBehindProxy(
   }
   const executor = new PayoutExecutor({
     db,
-    ledger: new PayoutLedger(db, {}, undefined, BOUND_MS),
+    ledger: new PayoutLedger(db, {}, { transactionTimeoutMs: BOUND_MS }),
     client: sending,
     transactionTimeoutMs: BOUND_MS,
   })
@@ -53,7 +53,7 @@ async function executorBehindProxy(
   const recoverLater = () =>
     new PayoutExecutor({
       db,
-      ledger: new PayoutLedger(db, {}, undefined, BOUND_MS),
+      ledger: new PayoutLedger(db, {}, { transactionTimeoutMs: BOUND_MS }),
       client: sending,
       transactionTimeoutMs: BOUND_MS,
       now: () => DateTime.now().plus({ minutes: 5 }),

@@ -27,7 +27,7 @@ function processOn(db: Database, owner: string, leaseMs: number, hook?: () => Pr
     await hook?.()
   }
   const outbox = new PayoutOutbox(db, { onChange }, undefined, 5000, lease)
-  const applier = new PayoutApplier({}, lease)
+  const applier = new PayoutApplier(lease)
   return { outbox, applier, fired }
 }
 

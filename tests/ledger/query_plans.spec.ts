@@ -6,13 +6,14 @@ import { tableNames } from '../../src/database/schema.ts'
 import { validateConfig } from '../../src/define_config.ts'
 import type { Reachability } from '../../src/health/reachability.ts'
 import { EscrowDeposits } from '../../src/ledger/escrow_deposits.ts'
+import { depositConfirmedBy } from '../../src/ledger/escrow_detection.ts'
 import { EscrowFallback } from '../../src/jobs/escrow_fallback.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import Payout from '../../src/models/payout.ts'
 import { Pruner } from '../../src/ledger/pruning.ts'
 import { Reconciler } from '../../src/jobs/reconciler.ts'
 import { BroadcastRelay } from '../../src/service/broadcast_relay.ts'
-import { readHealth } from '../../src/service/health.ts'
+import { readHealth } from '../../src/health/report.ts'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
@@ -148,7 +149,7 @@ test.group(`Ledger | query plans on a large ledger (${TEST_DB})`, (group) => {
         }).run(),
       'the escrow fallback job (nothing due)': () => new EscrowFallback({ db, deposits }).run(),
       'the deposit a change confirmed': () =>
-        deposits.confirmedBy({
+        depositConfirmedBy({
           payout: { payoutUuid: seededPayoutUuid(3), flow: 'stablecoin_to_fiat' },
           previous: { status: 'pending', step: null },
           current: { status: 'processing', step: null },

@@ -3,11 +3,11 @@ import { Logger } from '@adonisjs/core/logger'
 import { DateTime } from 'luxon'
 import { validateConfig } from '../../src/define_config.ts'
 import { PayoutsEmulator } from '../../src/emulator/main.ts'
-import { Reachability } from '../../src/health/reachability.ts'
+import { createClient, LiveConnection } from '../../src/service/connection.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import { reduce, type PayoutPosition } from '../../src/ledger/state_machine.ts'
 import { Payout, PayoutEvent, Recipient, WebhookDelivery } from '../../src/models/main.ts'
-import { readHealth } from '../../src/service/health.ts'
+import { readHealth } from '../../src/health/report.ts'
 import {
   PayoutEventFactory,
   PayoutFactory,
@@ -187,11 +187,14 @@ test.group(`Testing | factories (${TEST_DB})`, () => {
       baseUrl: emulator.baseUrl,
       ledger: { tablePrefix: prefix },
     })
+    const logger = new Logger({ enabled: false })
     const report = await readHealth({
       config,
       environment: 'sandbox',
       db,
-      reachability: Reachability.of(config, new Logger({ enabled: false })),
+      reachability: await new LiveConnection(config, logger, () =>
+        createClient(config, logger)
+      ).reachability(),
     })
     assert.include(report.checks.inboxBacklog, { value: 3 })
     assert.include(report.checks.deadLetters, { value: 2 })

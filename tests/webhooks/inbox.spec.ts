@@ -2,10 +2,23 @@ import { test } from '@japa/runner'
 import { Logger } from '@adonisjs/core/logger'
 import { tableNames } from '../../src/database/schema.ts'
 import { WebhookDelivery } from '../../src/models/main.ts'
-import { InboxProcessor } from '../../src/webhooks/inbox_processor.ts'
+import {
+  InboxProcessor,
+  type InboxApplier,
+  type InboxProcessorOptions,
+} from '../../src/webhooks/inbox_processor.ts'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
 import { PermanentEventError } from '../../src/webhooks/event_mapper.ts'
 import { recordStatements, setupDatabase, TEST_DB } from '../helpers/database.ts'
+
+/** A processor whose applier is the test's own `applyOne` (and `applyBatch`). */
+function processorOf({
+  applyOne,
+  applyBatch,
+  ...options
+}: Omit<InboxProcessorOptions, 'applier'> & InboxApplier) {
+  return new InboxProcessor({ ...options, applier: { applyOne, applyBatch } })
+}
 
 const logger = new Logger({ enabled: false })
 /** A signed-looking delivery of a payout.created event (the store does not verify). */
@@ -36,13 +49,13 @@ test.group(`Webhooks | inbox (${TEST_DB})`, () => {
     await store.insert(delivery('d1'))
     let clock = Date.parse('2026-01-01T00:00:00Z')
     let calls = 0
-    const processor = new InboxProcessor({
+    const processor = processorOf({
       store,
       logger,
       maxAttempts: 3,
       baseBackoffMs: 1000,
       now: () => new Date(clock),
-      handler: async () => {
+      applyOne: async () => {
         calls++
         throw new Error('database is away')
       },
@@ -74,18 +87,18 @@ test.group(`Webhooks | inbox (${TEST_DB})`, () => {
       const raw = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), plain.rawBody])
       await store.insert({ ...plain, rawBody: raw })
       const seen: unknown[] = []
-      const processor = new InboxProcessor({
+      const processor = processorOf({
         store,
         logger,
-        handler: async (envelope) => void seen.push(envelope.data),
-        batchHandler:
+        applyOne: async (envelope) => void seen.push(envelope.data),
+        applyBatch:
           path === 'row by row with a lease'
             ? undefined
             : async (_trx, items) => {
                 seen.push(...items.map((item) => item.envelope.data))
                 return {
                   verdicts: items.map(() => ({ state: 'processed' as const, note: null })),
-                  afterCommit: async () => {},
+                  notified: Promise.resolve(),
                 }
               },
       })
@@ -111,11 +124,11 @@ test.group(`Webhooks | inbox (${TEST_DB})`, () => {
       // The claimer "crashes": nothing marks the row. Another instance looks too early, then late.
       assert.lengthOf(await store.claimDue(new Date(t0.getTime() + 30_000), 10, 60_000), 0)
       const handled: string[] = []
-      const processor = new InboxProcessor({
+      const processor = processorOf({
         store,
         logger,
         now: () => new Date(t0.getTime() + 61_000),
-        handler: async (envelope) => void handled.push(envelope.type),
+        applyOne: async (envelope) => void handled.push(envelope.type),
       })
       assert.equal(await processor.drain(), 1)
       assert.deepEqual(handled, ['payout.created'])
@@ -132,11 +145,11 @@ test.group(`Webhooks | inbox (${TEST_DB})`, () => {
       }
       const seen: number[] = []
       const make = () =>
-        new InboxProcessor({
+        processorOf({
           store: new InboxStore(db, table, undefined, { rowByRow }),
           logger,
           batchSize: 7,
-          handler: async (_e, row) => void seen.push(row.id),
+          applyOne: async (_e, row) => void seen.push(row.id),
         })
       await Promise.all([make().drain(), make().drain()])
       assert.lengthOf(seen, 30)
@@ -155,10 +168,10 @@ test.group(`Webhooks | inbox rows under a lease (${TEST_DB})`, () => {
     const { table, store } = await freshInbox(cleanup, { rowByRow: true })
     for (const id of ['a', 'b', 'c']) await store.insert(delivery(id))
     const seenBefore: Array<[string, string[]]> = []
-    const processor = new InboxProcessor({
+    const processor = processorOf({
       store,
       logger,
-      handler: async (_envelope, row, trx) => {
+      applyOne: async (_envelope, row, trx) => {
         const rows = await trx.from(table).select('delivery_id', 'state').orderBy('id')
         seenBefore.push([row.deliveryId, rows.map((r) => r.state)])
         if (row.deliveryId === 'b') return 'kept, not applied'
@@ -212,7 +225,7 @@ test.group(`Webhooks | inbox rows under a lease (${TEST_DB})`, () => {
     const leases: number[] = []
     const claimDue = store.claimDue.bind(store)
     store.claimDue = (now, limit, leaseMs) => (leases.push(leaseMs), claimDue(now, limit, leaseMs))
-    await new InboxProcessor({ store, logger, handler: async () => {} }).drain()
+    await processorOf({ store, logger, applyOne: async () => {} }).drain()
     assert.deepEqual(leases, [15_000, 15_000])
   })
 })
@@ -326,11 +339,11 @@ test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
     const batches: string[][] = []
     const single: string[] = []
     let seenAfterCommit: Array<[string, string]> = []
-    const processor = new InboxProcessor({
+    const processor = processorOf({
       store,
       logger,
-      handler: async (_envelope, row) => void single.push(row.deliveryId),
-      batchHandler: async (trx, items) => {
+      applyOne: async (_envelope, row) => void single.push(row.deliveryId),
+      applyBatch: async (trx, items) => {
         batches.push(items.map((item) => item.row.deliveryId))
         // Work of the batch, in the same transaction as the claim.
         await trx.from(table).where('delivery_id', 'a').update({ signature_header: 'applied' })
@@ -342,10 +355,18 @@ test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
                 ? { state: 'dead' as const, note: 'no payoutId' }
                 : { state: 'processed' as const, note: null }
           ),
-          afterCommit: async () => {
-            const rows = await db.from(table).select('delivery_id', 'state').orderBy('id')
-            seenAfterCommit = rows.map((row) => [row.delivery_id, row.state])
-          },
+          // Registered on the transaction, as the ledger does; drain waits for it.
+          notified: new Promise<void>((resolve) =>
+            trx.after('commit', () => {
+              resolve(
+                (async () => {
+                  await new Promise((wait) => setTimeout(wait, 20))
+                  const rows = await db.from(table).select('delivery_id', 'state').orderBy('id')
+                  seenAfterCommit = rows.map((row) => [row.delivery_id, row.state])
+                })()
+              )
+            })
+          ),
         }
       },
     })
@@ -371,7 +392,7 @@ test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
     assert.deepEqual(
       seenAfterCommit,
       expected.map(([id, state]) => [id, state]),
-      'the hooks ran after the COMMIT'
+      'drain returned once what was registered after the COMMIT had run'
     )
   })
 
@@ -384,16 +405,16 @@ test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
     await store.insert(delivery('bad', { nothing: true }))
     let batchCalls = 0
     const single: string[] = []
-    const processor = new InboxProcessor({
+    const processor = processorOf({
       store,
       logger,
-      handler: async (envelope, row) => {
+      applyOne: async (envelope, row) => {
         single.push(row.deliveryId)
         if (!(envelope.data as { payoutId?: string }).payoutId) {
           throw new PermanentEventError('no payoutId')
         }
       },
-      batchHandler: async (trx, items) => {
+      applyBatch: async (trx, items) => {
         batchCalls++
         await trx.from(table).update({ signature_header: 'half done' })
         if (items.some((item) => !(item.envelope.data as { payoutId?: string }).payoutId)) {
@@ -431,20 +452,20 @@ test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
     )
     const seen: string[] = []
     const make = () =>
-      new InboxProcessor({
+      processorOf({
         store: new InboxStore(db, table),
         logger,
         batchSize: 7,
-        handler: async () => {
+        applyOne: async () => {
           throw new Error('the batch path should have taken every row')
         },
-        batchHandler: async (_trx, items) => {
+        applyBatch: async (_trx, items) => {
           for (const item of items) seen.push(item.row.deliveryId)
           // Hold the transaction a moment, so the other instance runs into its rows.
           await new Promise((resolve) => setTimeout(resolve, 5))
           return {
             verdicts: items.map(() => ({ state: 'processed' as const, note: null })),
-            afterCommit: async () => {},
+            notified: Promise.resolve(),
           }
         },
       })

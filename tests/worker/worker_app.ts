@@ -77,12 +77,19 @@ await ignitor
         }
         if (options.listenerDelayMs) await setTimeout(options.listenerDelayMs)
       })
-      const { inbox, ledger } = await payouts.parts()
+      const { inbox } = await payouts.parts()
       if (options.rowByRow) {
         inbox.processDueInTransaction = () => Promise.reject(new Error('forced row by row'))
       }
       if (options.killAfterCommit) {
-        ledger.notifyBatch = async () => void process.kill(process.pid, 'SIGKILL')
+        const processDue = inbox.processDueInTransaction.bind(inbox)
+        inbox.processDueInTransaction = (now, limit, work) =>
+          processDue(now, limit, (trx, rows) => {
+            // Registered before the ledger's own: the process dies right after the COMMIT,
+            // before any change is told.
+            trx.after('commit', () => void process.kill(process.pid, 'SIGKILL'))
+            return work(trx, rows)
+          })
       }
       if (!options.pauseFirstBatch) return
       const processDue = inbox.processDueInTransaction.bind(inbox)

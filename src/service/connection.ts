@@ -1,0 +1,101 @@
+import type { Logger } from '@adonisjs/core/logger'
+import { PayoutsClient } from '../client/main.ts'
+import type { PayoutsConfig } from '../define_config.ts'
+import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
+import type { Reachability } from '../health/reachability.ts'
+import { clientRetries } from './client_retries.ts'
+
+/**
+ * What the service talks to: the Payout Service's API through a client, the secrets its
+ * deliveries are signed with besides the app's own, and the probe health reads. The live one
+ * is built from the config; `payouts.fake()` puts its in-process emulator in its place until
+ * `restore()`, as `mail.fake()` replaces the mailer the manager hands out.
+ */
+export interface PayoutsConnection {
+  /** The API client, built on first use. */
+  readonly client: PayoutsClient
+  /** Secrets the route accepts besides the configured and stored ones (the fake's own). */
+  readonly webhookSecrets: readonly string[]
+  /** The probe behind health's reachability line, built on first use and kept. */
+  reachability(): Promise<Reachability>
+  /** Whether this is `payouts.fake()`'s emulator (shown by the service's `toJSON`). */
+  readonly faked: boolean
+  /** Closes its sockets. */
+  close(): Promise<void>
+}
+
+/**
+ * The framework-free API client, configured from the plugin's config and logging to the app.
+ * Without a key (none issued yet) it throws E_PAYOUTS_API_KEY_MISSING.
+ */
+export function createClient(config: PayoutsConfig, logger: Logger): PayoutsClient {
+  if (!config.apiKey) throw new E_PAYOUTS_API_KEY_MISSING()
+  return new PayoutsClient({
+    apiKey: config.apiKey,
+    baseUrl: config.baseUrl,
+    environment: config.environment,
+    timeoutMs: config.timeoutMs,
+    retry: config.retry,
+    rateLimiter: config.clientRateLimiter,
+    paths: config.paths,
+    allowInsecureLoopbackWebhooks: config.allowInsecureLoopbackWebhooks,
+    logger: {
+      debug: (obj, msg) => {
+        logger.debug(obj, msg)
+        if (msg === 'payouts request retry' && clientRetries.hasSubscribers) {
+          clientRetries.publish(obj)
+        }
+      },
+      warn: (obj, msg) => logger.warn(obj, msg),
+    },
+  })
+}
+
+/**
+ * The configured service: the client `createClient` makes (the provider's), and a probe of
+ * its own for health (one attempt, the short timeout, no rate budget of the app's).
+ */
+export class LiveConnection implements PayoutsConnection {
+  readonly webhookSecrets: readonly string[] = []
+  readonly faked = false
+  #client?: PayoutsClient
+  #reachability?: Reachability
+
+  constructor(
+    private config: PayoutsConfig,
+    private logger: Logger,
+    private makeClient: () => PayoutsClient
+  ) {}
+
+  get client(): PayoutsClient {
+    this.#client ??= this.makeClient()
+    return this.#client
+  }
+
+  async reachability(): Promise<Reachability> {
+    if (!this.#reachability) {
+      const { Reachability } = await import('../health/reachability.ts')
+      const { config, logger } = this
+      const { timeoutMs } = config.health.reachability
+      this.#reachability ??= new Reachability(config, () =>
+        createClient(
+          {
+            ...config,
+            timeoutMs,
+            retry: { ...config.retry, maxRetries: 0 },
+            clientRateLimiter: false,
+          },
+          logger
+        )
+      )
+    }
+    return this.#reachability
+  }
+
+  async close() {
+    await this.#client?.close()
+    this.#client = undefined
+    await this.#reachability?.close()
+    this.#reachability = undefined
+  }
+}

@@ -1,0 +1,36 @@
+import { createHash } from 'node:crypto'
+import debug from '../debug.ts'
+import { parseJsonBytes } from '../schemas/events.ts'
+import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
+import type { InboxStore } from '../webhooks/inbox_store.ts'
+import type { StreamMessageHandler } from './payouts_stream.ts'
+
+/**
+ * The WebSocket's way into the ledger: a message goes into the same inbox as webhooks,
+ * keyed by a hash of its bytes (a message seen twice is stored once), then `processor` is
+ * kicked (the inbox processor, or the worker's loop waking up).
+ */
+export function streamToInbox(
+  inbox: Pick<InboxStore, 'insert'>,
+  processor: Pick<InboxProcessor, 'kick'>
+): StreamMessageHandler {
+  return async (raw) => {
+    let type = 'unknown'
+    try {
+      type = String((parseJsonBytes(raw) as { type?: unknown } | null)?.type ?? 'unknown').slice(
+        0,
+        100
+      )
+    } catch {}
+    const digest = createHash('sha256').update(raw).digest('hex')
+    const outcome = await inbox.insert({
+      deliveryId: `ws_${digest}`,
+      eventType: type,
+      rawBody: raw,
+      signatureHeader: null,
+      source: 'websocket',
+    })
+    debug('stream message ws_%s (%s) %s', digest.slice(0, 12), type, outcome)
+    processor.kick()
+  }
+}
