@@ -1,8 +1,7 @@
-import { isDeadlineError, withDeadline } from '../time_bounds.ts'
-import { boundedTransaction, withStatementTimeout } from '../database/deadline.ts'
+import { isDeadlineError } from '../time_bounds.ts'
+import { boundedTransaction } from '../database/deadline.ts'
 import { createHash, randomUUID } from 'node:crypto'
 import type { Database } from '@adonisjs/lucid/database'
-import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
 import {
   PayoutsApiError,
@@ -16,8 +15,6 @@ import {
   type PayoutsClient,
 } from '../client/payouts_client.ts'
 import { executeDataSchemaByFlow, type ExecuteResult } from '../schemas/resources.ts'
-import { dbDate } from '../database/dates.ts'
-import { affectedRows } from '../database/dialects.ts'
 import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
 import PayoutModel from '../models/payout.ts'
 import type Payout from '../models/payout.ts'
@@ -29,22 +26,16 @@ import {
 import { idempotencyKeySchema } from '../schemas/common.ts'
 import { mapExecuteStatus } from './state_machine.ts'
 import { createEscrowDeposit } from './escrow_deposits.ts'
+import { ExecutionIntents, mayHaveLeft, type RecoverySummary } from './execution_intents.ts'
 import type { AppliedInTransaction, PayoutLedger } from './payout_ledger.ts'
+
+export { mayHaveLeft, type RecoverySummary } from './execution_intents.ts'
 
 /** What `execute` returns: the typed API result, the local row and the intent. */
 export interface ExecutedPayout {
   result: ExecuteResult
   payout: Payout
   intent: ExecutionIntent
-}
-
-/** What one recovery pass did with the intents it found. */
-export interface RecoverySummary {
-  resent: number
-  succeeded: number
-  failed: number
-  unknown: number
-  flagged: number
 }
 
 /** What the executor needs: the ledger to store responses, and the client to send. */
@@ -64,24 +55,6 @@ export interface PayoutExecutorOptions {
 
 const JSON_SAFE = (_key: string, value: unknown) =>
   typeof value === 'bigint' ? value.toString() : value
-
-/**
- * Whether an intent's request may have reached the service: unknown, pending after an
- * attempt, or failed or refused after more than one attempt (an earlier one's outcome was
- * unknown, and a later definitive refusal, a 401 after a key rotation say, does not undo it),
- * unless an operator checked at the service and settled it as not sent. A pending intent with
- * no attempt never left, and one failed or refused at its only attempt made no payout: sent
- * again under the same key, it can only ever make the one payout that does not exist yet.
- */
-export function mayHaveLeft(intent: ExecutionIntent): boolean {
-  if (intent.state === 'unknown') return true
-  if (intent.state === 'pending') return intent.attempts > 0
-  if (intent.state === 'failed' || intent.state === 'refused') {
-    const resolution = (intent.error as { resolution?: { as?: string } } | null)?.resolution
-    return intent.attempts > 1 && resolution?.as !== 'not-sent'
-  }
-  return false
-}
 
 /**
  * Whether a write that failed may still have committed: one given up at its deadline (ours
@@ -127,9 +100,9 @@ function stateAfter(error: unknown, sentBefore: boolean): IntentState {
  * is never used. A request that never left is `refused`, and nothing re-sends it.
  */
 export class PayoutExecutor {
-  /** Intents this process is sending right now: recovery leaves them to their caller. */
-  #sending = new Set<number>()
   #options: Required<Omit<PayoutExecutorOptions, 'connection'>> & { connection?: string }
+  /** The intents' writes, the window's rule, the ones being sent, and recovery. */
+  #intents: ExecutionIntents
 
   constructor(options: PayoutExecutorOptions) {
     this.#options = {
@@ -139,6 +112,7 @@ export class PayoutExecutor {
       now: () => DateTime.now(),
       ...options,
     }
+    this.#intents = new ExecutionIntents(this.#options)
   }
 
   /**
@@ -183,7 +157,7 @@ export class PayoutExecutor {
     // have landed all the same.
     let inserted = false
     try {
-      intent = await this.#write('execute intent', async (trx) => {
+      intent = await this.#intents.write('execute intent', async (trx) => {
         const created = await ExecutionIntent.create(fields, {
           client: trx,
           connection: this.#options.connection,
@@ -196,7 +170,7 @@ export class PayoutExecutor {
       const existing =
         options.idempotencyKey === undefined
           ? null
-          : await this.#findByKey(fields.idempotencyKey).catch(() => null)
+          : await this.#intents.findByKey(fields.idempotencyKey).catch(() => null)
       // No intent found: nothing was sent by this call. Failed before its INSERT was done, the
       // transaction never committed and nothing will be sent (call again). Failed after it
       // (the COMMIT given up at its deadline), the intent may exist with its attempt, and
@@ -211,38 +185,6 @@ export class PayoutExecutor {
       return this.#repeat(existing, fields)
     }
     return this.#send(intent, { counted: true })
-  }
-
-  /** A write of the execute path, bounded by `transactionTimeoutMs` (`boundedTransaction`). */
-  #write<T>(what: string, work: (trx: TransactionClientContract) => Promise<T>): Promise<T> {
-    return boundedTransaction(
-      this.#options.db.connection(this.#options.connection),
-      { timeoutMs: this.#options.transactionTimeoutMs, what, writes: ExecutionIntent.table },
-      work
-    )
-  }
-
-  /** Saves the intent's changes in a bounded transaction of their own. */
-  async #save(intent: ExecutionIntent, what: string) {
-    try {
-      await this.#write(what, async (trx) => {
-        intent.useTransaction(trx)
-        await intent.save()
-      })
-    } finally {
-      // A transaction given up at its deadline never says it ended: forget it here.
-      intent.$trx = undefined
-    }
-  }
-
-  /** The intent of a key, read within the same bound. */
-  #findByKey(key: string): Promise<ExecutionIntent | null> {
-    const ms = this.#options.transactionTimeoutMs
-    const query = ExecutionIntent.query({ connection: this.#options.connection }).where(
-      'idempotency_key',
-      key
-    )
-    return withDeadline(withStatementTimeout(query, ms).first(), ms, 'execute intent lookup')
   }
 
   /** The same key again: the stored result, or the same request sent again with it. */
@@ -272,7 +214,7 @@ export class PayoutExecutor {
     // a second payout.
     if (mayHaveLeft(intent) && !this.insideWindow(intent)) {
       intent.state = 'needs_attention'
-      await this.#save(intent, 'execute intent flag').catch(() => {})
+      await this.#intents.save(intent, 'execute intent flag').catch(() => {})
       throw new E_PAYOUTS_INTENT_NEEDS_ATTENTION([intent.idempotencyKey])
     }
     // Pending, unknown, refused or failed: the same key again can only ever answer the
@@ -280,13 +222,8 @@ export class PayoutExecutor {
     return this.#send(intent)
   }
 
-  async #send(intent: ExecutionIntent, options: { counted?: boolean } = {}) {
-    this.#sending.add(intent.id)
-    try {
-      return await this.#attempt(intent, options.counted === true)
-    } finally {
-      this.#sending.delete(intent.id)
-    }
+  #send(intent: ExecutionIntent, options: { counted?: boolean } = {}) {
+    return this.#intents.sending(intent, () => this.#attempt(intent, options.counted === true))
   }
 
   /**
@@ -302,7 +239,7 @@ export class PayoutExecutor {
       intent.lastAttemptAt = this.#options.now()
     }
     try {
-      if (!counted) await this.#save(intent, 'execute attempt')
+      if (!counted) await this.#intents.save(intent, 'execute attempt')
     } catch (error) {
       // Not sent by this call. But an earlier attempt may have been, and a write given up at
       // its deadline may still have committed (its answer lost): then the intent holds an
@@ -326,7 +263,7 @@ export class PayoutExecutor {
           ? (error.toJSON() as Record<string, unknown>)
           : { message: (error as Error).message ?? String(error) }
       try {
-        await this.#save(intent, 'execute outcome')
+        await this.#intents.save(intent, 'execute outcome')
       } catch (storeError) {
         // The intent stays pending with its attempt counted: recovery sends it again with
         // its key, so the caller must not send it under another one.
@@ -415,71 +352,12 @@ export class PayoutExecutor {
    * human. A pending intent with no attempt never left: refused, never sent.
    */
   async recover(options: { olderThanMs?: number; limit?: number } = {}): Promise<RecoverySummary> {
-    const now = this.#options.now()
-    const olderThan = now.minus({ milliseconds: options.olderThanMs ?? 60_000 })
-    const summary: RecoverySummary = { resent: 0, succeeded: 0, failed: 0, unknown: 0, flagged: 0 }
-    const intents = await ExecutionIntent.query({ connection: this.#options.connection })
-      .whereIn('state', ['pending', 'unknown'])
-      .where(
-        'updated_at',
-        '<=',
-        dbDate(this.#options.db.connection(this.#options.connection), olderThan)
-      )
-      .orderBy('id', 'asc')
-      .limit(options.limit ?? 100)
-    for (const intent of intents) {
-      if (this.#sending.has(intent.id)) continue
-      // A pending intent with no attempt (written by an older version, whose attempt came in
-      // a second write) never left: sending it can only make its one payout.
-      if (mayHaveLeft(intent) && !this.insideWindow(intent, now)) {
-        if (await this.#transition(intent, { state: 'needs_attention' })) summary.flagged++
-        continue
-      }
-      summary.resent++
-      try {
-        await this.#send(intent)
-        summary.succeeded++
-      } catch {
-        if (intent.state === 'needs_attention') summary.flagged++
-        else if (intent.state === 'unknown') summary.unknown++
-        else summary.failed++
-      }
-    }
-    return summary
-  }
-
-  /**
-   * Moves an intent to a new state only if it is still in the state and at the attempt it
-   * was read with (a conditional UPDATE, bounded): a caller that moved it meanwhile wins.
-   */
-  async #transition(
-    intent: ExecutionIntent,
-    to: { state: IntentState; error?: Record<string, unknown> }
-  ): Promise<boolean> {
-    const changed = await this.#write(`intent ${to.state}`, async (trx) =>
-      affectedRows(
-        await trx
-          .from(ExecutionIntent.table)
-          .where('id', intent.id)
-          .where('state', intent.state)
-          .where('attempts', intent.attempts)
-          .update({
-            state: to.state,
-            ...(to.error && { error: JSON.stringify(to.error) }),
-            updated_at: dbDate(trx, this.#options.now()),
-          })
-      )
-    )
-    if (changed !== 1) return false
-    intent.state = to.state
-    if (to.error) intent.error = to.error
-    return true
+    return this.#intents.recover(options, (intent) => this.#send(intent))
   }
 
   /** Whether the service still remembers the intent's key (with the safety margin). */
   insideWindow(intent: ExecutionIntent, now = this.#options.now()): boolean {
-    const deadline = this.#options.idempotencyWindowMs - this.#options.safetyMarginMs
-    return now.diff(intent.createdAt).toMillis() <= deadline
+    return this.#intents.insideWindow(intent, now)
   }
 
   /**
@@ -487,7 +365,7 @@ export class PayoutExecutor {
    * --retry`). The caller checks its state and the window; one being sent is left alone.
    */
   async retry(intent: ExecutionIntent): Promise<ExecutedPayout | null> {
-    if (this.#sending.has(intent.id)) return null
+    if (this.#intents.isSending(intent)) return null
     return this.#send(intent)
   }
 }

@@ -1,79 +1,28 @@
-import { AssertionError } from 'node:assert'
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import { inspect } from 'node:util'
-import { PayoutsClient } from '../client/main.ts'
-import type { PayoutsConfig } from '../define_config.ts'
+import type { PayoutsClient } from '../client/main.ts'
 import { E_PAYOUTS_FAKE } from '../errors.ts'
 import type { Reachability } from '../health/reachability.ts'
 import type { PayoutsConnection } from '../service/connection.ts'
-import { PayoutsEmulator } from '../emulator/emulator.ts'
+import type { PayoutsEmulator } from '../emulator/emulator.ts'
 import type { FaultConfig } from '../emulator/faults.ts'
-import { listenInProcess } from '../emulator/in_process.ts'
 import { DEFAULT_ACCOUNT, recipientView } from '../emulator/state.ts'
-import type { Dispatcher } from 'undici'
+import { TERMINAL_STATUSES, type PayoutStatus, type PayoutStep } from '../schemas/common.ts'
 import {
-  TERMINAL_STATUSES,
-  WEBHOOK_EVENT_TYPES,
-  type PayoutStatus,
-  type PayoutStep,
-} from '../schemas/common.ts'
+  failIfExecuted,
+  failUnlessEscrowConfirmed,
+  failUnlessExecuted,
+  failUnlessExecutedCount,
+  failUnlessRecipientCreated,
+  type CreatedRecipient,
+  type ExecutedPayout,
+  type Match,
+} from './fake_assertions.ts'
+import { startFake, type FakeBinding, type PayoutsFakeOptions } from './fake_start.ts'
 
-/** What `payouts.fake()` accepts. */
-export interface PayoutsFakeOptions {
-  /** Faults from the start (the emulator's; change them later with `fake.faults()`). */
-  faults?: FaultConfig
-  /** Seed of the fault PRNG and of the emulator's stable ids (reproducible runs). */
-  seed?: number
-  /** Emulated time between two lifecycle steps when `advance()` drives them (2000 ms). */
-  stepIntervalMs?: number
-  /** Emulated time before automatic detection sees an escrow deposit (30 s). */
-  escrowDetectionDelayMs?: number
-  /**
-   * Real milliseconds the client waits for an answer before it retries (2000 ms; the
-   * configured `timeoutMs` is for the real service). Retries do not wait between attempts.
-   */
-  timeoutMs?: number
-}
+export type { CreatedRecipient, ExecutedPayout, Match } from './fake_assertions.ts'
+export type { FakeBinding, PayoutsFakeOptions } from './fake_start.ts'
 
 /** A payout as the fake's methods take it: its UUID, its read id, or a ledger row. */
 export type PayoutRef = string | { payoutUuid: string } | { payoutId: string }
-
-/** A payout as the service (the fake) holds it: what the app sent it. */
-export type ExecutedPayout = ReturnType<PayoutsEmulator['admin']['payouts']>[number]
-
-/** A recipient as the service (the fake) holds it. */
-export type CreatedRecipient = ReturnType<typeof recipientView>
-
-/** Fields to match (each must be equal), or a predicate. */
-export type Match<T> = Partial<T> | ((item: T) => boolean)
-
-/** What the fake needs from the app and the service it is bound to. */
-export interface FakeBinding {
-  config: PayoutsConfig
-  /** The app's HTTP server (`server` in the container): deliveries go through it. */
-  httpServer?: () => Promise<{
-    boot(): Promise<void>
-    handle(req: IncomingMessage, res: ServerResponse): unknown
-  }>
-  /** Processes every stored delivery now (the service's `drainInbox`). */
-  drainInbox: () => Promise<unknown>
-}
-
-/** The host of the fake's own subscription: a reserved name, reached in-process only. */
-const FAKE_APP_ORIGIN = 'https://app.payouts-fake.invalid'
-
-/**
- * Webhook POSTs into the app's in-process server whatever their URL's scheme and host: plain
- * HTTP over the local socket (no TLS, no DNS); the Host header is still the URL's host.
- */
-function intoTheApp(app: Dispatcher): Dispatcher {
-  return app.compose((dispatch) => (options, handler) => {
-    const { host } = new URL(String(options.origin))
-    return dispatch({ ...options, origin: `http://${host}` }, handler)
-  })
-}
-
-const describe = (value: unknown) => inspect(value, { depth: 4, breakLength: 100 })
 
 /**
  * The handle `payouts.fake()` returns: the in-process emulator the app's service now talks
@@ -132,79 +81,7 @@ export class PayoutsFake {
 
   /** Starts the in-process emulator and points its webhooks at the app's own route. */
   static async start(binding: FakeBinding, options: PayoutsFakeOptions = {}) {
-    const { config } = binding
-    if (!binding.httpServer) {
-      throw new E_PAYOUTS_FAKE([
-        'the app has no HTTP server binding: payouts.fake() delivers webhooks through it',
-      ])
-    }
-    const httpServer = await binding.httpServer()
-    // The app's server boots (commits its routes) at the first delivery, not before: a test
-    // may still register routes after faking.
-    const appServer = createServer((req, res) => {
-      httpServer
-        .boot()
-        .then(() => httpServer.handle(req, res))
-        .catch((error) => {
-          if (!res.headersSent) res.writeHead(500)
-          res.end(String(error))
-        })
-    })
-    const app = await listenInProcess(appServer, 'app')
-    const closeApp = async () => {
-      appServer.closeAllConnections()
-      await new Promise((resolve) => appServer.close(resolve))
-      await app.close()
-    }
-    try {
-      // The service's rules, unrelaxed: the app's calls are refused as the service refuses
-      // them (an http, localhost or private webhook URL included). Only the transport is
-      // in-process, and no name is resolved: every webhook host stands for the app.
-      const emulator = await PayoutsEmulator.start({
-        inProcess: true,
-        clock: { mode: 'manual' },
-        seed: options.seed,
-        stepIntervalMs: options.stepIntervalMs,
-        escrowDetectionDelayMs: options.escrowDetectionDelayMs,
-        rateLimits: false,
-        lookup: async () => [],
-        webhookDispatcher: intoTheApp(app.dispatcher),
-      })
-      if (options.faults) emulator.admin.setFaults(options.faults, options.seed)
-      // The fake's own subscription is made inside the emulator, not through the API the app
-      // calls, with a URL the rule accepts; its POSTs reach the app's route in-process.
-      // Without the ledger the app has no inbox to deliver to: nothing is subscribed.
-      const subscription = config.ledger.enabled
-        ? emulator.webhooks.createSubscription(DEFAULT_ACCOUNT, {
-            url: `${FAKE_APP_ORIGIN}${config.webhook.path}`,
-            events: [...WEBHOOK_EVENT_TYPES],
-            label: 'payouts.fake()',
-          })
-        : null
-      // The app's client as configured: what it refuses before sending, it refuses here too.
-      const client = new PayoutsClient({
-        apiKey: emulator.apiKey,
-        baseUrl: emulator.baseUrl,
-        environment: 'sandbox',
-        timeoutMs: options.timeoutMs ?? 2000,
-        retry: { ...config.retry, baseDelayMs: 0, jitter: 0 },
-        rateLimiter: false,
-        paths: config.paths,
-        allowInsecureLoopbackWebhooks: config.allowInsecureLoopbackWebhooks,
-        dispatcher: emulator.dispatcher,
-        sleep: () => new Promise((resolve) => setImmediate(resolve)),
-      })
-      return new PayoutsFake({
-        emulator,
-        client,
-        webhookSecret: subscription?.secret ?? '',
-        binding,
-        closeApp,
-      })
-    } catch (error) {
-      await closeApp()
-      throw error
-    }
+    return new PayoutsFake({ ...(await startFake(binding, options)), binding })
   }
 
   /**
@@ -310,72 +187,28 @@ export class PayoutsFake {
 
   /** Fails unless the service holds a payout (matching `match`). */
   assertExecuted(match?: Match<ExecutedPayout>) {
-    const payouts = this.executed()
-    if (payouts.some(matcher(match))) return
-    fail({
-      message: match
-        ? `Expected a payout matching ${describe(match)} to be executed; the ${payouts.length} executed: ${describe(payouts.map(summary))}`
-        : 'Expected a payout to be executed; none was',
-      expected: [match ?? 'a payout'],
-      actual: payouts.map(summary),
-      operator: 'assertExecuted',
-    })
+    failUnlessExecuted(this.executed(), match)
   }
 
   /** Fails when the service holds a payout (matching `match`). */
   assertNotExecuted(match?: Match<ExecutedPayout>) {
-    const found = this.executed().filter(matcher(match))
-    if (found.length === 0) return
-    fail({
-      message: `Expected no payout${match ? ` matching ${describe(match)}` : ''} to be executed; ${found.length} was: ${describe(found.map(summary))}`,
-      expected: [],
-      actual: found.map(summary),
-      operator: 'assertNotExecuted',
-    })
+    failIfExecuted(this.executed(), match)
   }
 
   /** Fails unless the service holds exactly `count` payouts (matching `match`). */
   assertExecutedCount(count: number, match?: Match<ExecutedPayout>) {
-    const found = this.executed().filter(matcher(match))
-    if (found.length === count) return
-    fail({
-      message: `Expected ${count} executed payout(s)${match ? ` matching ${describe(match)}` : ''}; found ${found.length}: ${describe(found.map(summary))}`,
-      expected: count,
-      actual: found.length,
-      operator: 'assertExecutedCount',
-    })
+    failUnlessExecutedCount(this.executed(), count, match)
   }
 
   /** Fails unless the escrow deposit of the quote (or of any quote) is confirmed. */
   assertEscrowConfirmed(quoteId?: string) {
     this.#live()
-    const quotes = [...this.emulator.state.quotes.values()].filter(
-      (quote) => quote.flow === 'stablecoin_to_fiat' && (!quoteId || quote.quoteId === quoteId)
-    )
-    if (quotes.some((quote) => quote.status === 'deposit_confirmed')) return
-    const seen = quotes.map((quote) => ({ quoteId: quote.quoteId, status: quote.status }))
-    fail({
-      message: quoteId
-        ? `Expected the escrow deposit of quote ${quoteId} to be confirmed; ${seen.length ? `it is ${seen[0].status}` : 'the service has no such stablecoin quote'}`
-        : `Expected an escrow deposit to be confirmed; the stablecoin quotes: ${describe(seen)}`,
-      expected: [{ quoteId: quoteId ?? 'any', status: 'deposit_confirmed' }],
-      actual: seen,
-      operator: 'assertEscrowConfirmed',
-    })
+    failUnlessEscrowConfirmed(this.emulator.state.quotes.values(), quoteId)
   }
 
   /** Fails unless the service holds a recipient (matching `match`). */
   assertRecipientCreated(match?: Match<CreatedRecipient>) {
-    const recipients = this.recipients()
-    if (recipients.some(matcher(match))) return
-    fail({
-      message: match
-        ? `Expected a recipient matching ${describe(match)} to be created; the ${recipients.length} created: ${describe(recipients.map((r) => ({ id: r.id, name: r.name, currency: r.currency })))}`
-        : 'Expected a recipient to be created; none was',
-      expected: [match ?? 'a recipient'],
-      actual: recipients,
-      operator: 'assertRecipientCreated',
-    })
+    failUnlessRecipientCreated(this.recipients(), match)
   }
 
   /** Stops the emulator and the in-process route (`payouts.restore()` calls it). */
@@ -462,34 +295,4 @@ export class PayoutsFake {
 
 function hasWebhookFaults(config: FaultConfig) {
   return Object.entries(config).some(([key, value]) => key.startsWith('webhook') && value)
-}
-
-function matcher<T extends object>(match?: Match<T>): (item: T) => boolean {
-  if (!match) return () => true
-  if (typeof match === 'function') return match
-  return (item) =>
-    Object.entries(match).every(([key, value]) => {
-      const actual = (item as Record<string, unknown>)[key]
-      return typeof value === 'object' && value !== null
-        ? inspect(actual) === inspect(value)
-        : actual === value
-    })
-}
-
-function summary(payout: ExecutedPayout) {
-  const shown = {
-    payoutId: payout.payoutId,
-    status: payout.status,
-    sourceAmount: payout.sourceAmount,
-    sourceCurrency: payout.sourceCurrency,
-    payoutAmount: payout.payoutAmount,
-    payoutCurrency: payout.payoutCurrency,
-    recipientId: payout.recipientId,
-    reference: payout.reference,
-  }
-  return Object.fromEntries(Object.entries(shown).filter(([, value]) => value !== undefined))
-}
-
-function fail(options: { message: string; expected: unknown; actual: unknown; operator: string }) {
-  throw new AssertionError(options)
 }

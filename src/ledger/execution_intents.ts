@@ -1,0 +1,182 @@
+import { withDeadline } from '../time_bounds.ts'
+import { boundedTransaction, withStatementTimeout } from '../database/deadline.ts'
+import type { Database } from '@adonisjs/lucid/database'
+import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
+import type { DateTime } from 'luxon'
+import { dbDate } from '../database/dates.ts'
+import { affectedRows } from '../database/dialects.ts'
+import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
+
+/** What one recovery pass did with the intents it found. */
+export interface RecoverySummary {
+  resent: number
+  succeeded: number
+  failed: number
+  unknown: number
+  flagged: number
+}
+
+/** What the intents' bookkeeping takes from the executor's options (defaults applied). */
+export interface ExecutionIntentsOptions {
+  db: Database
+  connection?: string
+  /** Bound of each write (see `boundedTransaction`) and of a key's lookup; 0 waits forever. */
+  transactionTimeoutMs: number
+  /** The service's replay window. */
+  idempotencyWindowMs: number
+  /** Recovery stops re-sending this long before the window closes. */
+  safetyMarginMs: number
+  now: () => DateTime
+}
+
+/**
+ * Whether an intent's request may have reached the service: unknown, pending after an
+ * attempt, or failed or refused after more than one attempt (an earlier one's outcome was
+ * unknown, and a later definitive refusal, a 401 after a key rotation say, does not undo it),
+ * unless an operator checked at the service and settled it as not sent. A pending intent with
+ * no attempt never left, and one failed or refused at its only attempt made no payout: sent
+ * again under the same key, it can only ever make the one payout that does not exist yet.
+ */
+export function mayHaveLeft(intent: ExecutionIntent): boolean {
+  if (intent.state === 'unknown') return true
+  if (intent.state === 'pending') return intent.attempts > 0
+  if (intent.state === 'failed' || intent.state === 'refused') {
+    const resolution = (intent.error as { resolution?: { as?: string } } | null)?.resolution
+    return intent.attempts > 1 && resolution?.as !== 'not-sent'
+  }
+  return false
+}
+
+/**
+ * The executor's intents: their writes, each a bounded transaction of its own, the replay
+ * window's rule, the intents this process is sending, and the recovery pass that sends the
+ * ones a crash or an unknown outcome left behind again (see `PayoutExecutor`).
+ */
+export class ExecutionIntents {
+  /** Intents this process is sending right now: recovery leaves them to their caller. */
+  #sending = new Set<number>()
+
+  constructor(private options: ExecutionIntentsOptions) {}
+
+  /** Runs `work`, the sending of the intent: recovery and `retry` leave it alone meanwhile. */
+  async sending<T>(intent: ExecutionIntent, work: () => Promise<T>): Promise<T> {
+    this.#sending.add(intent.id)
+    try {
+      return await work()
+    } finally {
+      this.#sending.delete(intent.id)
+    }
+  }
+
+  /** Whether this process is sending the intent right now. */
+  isSending(intent: ExecutionIntent): boolean {
+    return this.#sending.has(intent.id)
+  }
+
+  /** A write of the execute path, bounded by `transactionTimeoutMs` (`boundedTransaction`). */
+  write<T>(what: string, work: (trx: TransactionClientContract) => Promise<T>): Promise<T> {
+    return boundedTransaction(
+      this.options.db.connection(this.options.connection),
+      { timeoutMs: this.options.transactionTimeoutMs, what, writes: ExecutionIntent.table },
+      work
+    )
+  }
+
+  /** Saves the intent's changes in a bounded transaction of their own. */
+  async save(intent: ExecutionIntent, what: string) {
+    try {
+      await this.write(what, async (trx) => {
+        intent.useTransaction(trx)
+        await intent.save()
+      })
+    } finally {
+      // A transaction given up at its deadline never says it ended: forget it here.
+      intent.$trx = undefined
+    }
+  }
+
+  /** The intent of a key, read within the same bound. */
+  findByKey(key: string): Promise<ExecutionIntent | null> {
+    const ms = this.options.transactionTimeoutMs
+    const query = ExecutionIntent.query({ connection: this.options.connection }).where(
+      'idempotency_key',
+      key
+    )
+    return withDeadline(withStatementTimeout(query, ms).first(), ms, 'execute intent lookup')
+  }
+
+  /** The replay window's rule: the intent's key is younger than the window less the margin. */
+  insideWindow(intent: ExecutionIntent, now: DateTime): boolean {
+    const deadline = this.options.idempotencyWindowMs - this.options.safetyMarginMs
+    return now.diff(intent.createdAt).toMillis() <= deadline
+  }
+
+  /**
+   * The pass of `PayoutExecutor.recover`: the intents left pending or unknown, older than
+   * `olderThanMs`, each one sent again through `send` inside the window, flagged past it.
+   */
+  async recover(
+    options: { olderThanMs?: number; limit?: number },
+    send: (intent: ExecutionIntent) => Promise<unknown>
+  ): Promise<RecoverySummary> {
+    const now = this.options.now()
+    const olderThan = now.minus({ milliseconds: options.olderThanMs ?? 60_000 })
+    const summary: RecoverySummary = { resent: 0, succeeded: 0, failed: 0, unknown: 0, flagged: 0 }
+    const intents = await ExecutionIntent.query({ connection: this.options.connection })
+      .whereIn('state', ['pending', 'unknown'])
+      .where(
+        'updated_at',
+        '<=',
+        dbDate(this.options.db.connection(this.options.connection), olderThan)
+      )
+      .orderBy('id', 'asc')
+      .limit(options.limit ?? 100)
+    for (const intent of intents) {
+      if (this.isSending(intent)) continue
+      // A pending intent with no attempt (written by an older version, whose attempt came in
+      // a second write) never left: sending it can only make its one payout.
+      if (mayHaveLeft(intent) && !this.insideWindow(intent, now)) {
+        if (await this.#transition(intent, { state: 'needs_attention' })) summary.flagged++
+        continue
+      }
+      summary.resent++
+      try {
+        await send(intent)
+        summary.succeeded++
+      } catch {
+        if (intent.state === 'needs_attention') summary.flagged++
+        else if (intent.state === 'unknown') summary.unknown++
+        else summary.failed++
+      }
+    }
+    return summary
+  }
+
+  /**
+   * Moves an intent to a new state only if it is still in the state and at the attempt it
+   * was read with (a conditional UPDATE, bounded): a caller that moved it meanwhile wins.
+   */
+  async #transition(
+    intent: ExecutionIntent,
+    to: { state: IntentState; error?: Record<string, unknown> }
+  ): Promise<boolean> {
+    const changed = await this.write(`intent ${to.state}`, async (trx) =>
+      affectedRows(
+        await trx
+          .from(ExecutionIntent.table)
+          .where('id', intent.id)
+          .where('state', intent.state)
+          .where('attempts', intent.attempts)
+          .update({
+            state: to.state,
+            ...(to.error && { error: JSON.stringify(to.error) }),
+            updated_at: dbDate(trx, this.options.now()),
+          })
+      )
+    )
+    if (changed !== 1) return false
+    intent.state = to.state
+    if (to.error) intent.error = to.error
+    return true
+  }
+}
