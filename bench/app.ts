@@ -8,6 +8,7 @@ import { readRawBody } from '../src/webhooks/raw_body.ts'
 import { createSkippingBodyParser } from '../src/webhooks/skipping_bodyparser.ts'
 import { serveHostApp } from '../tests/helpers/host_app.ts'
 import { BENCH_SECRET } from './deliveries.ts'
+import { partsOf } from '../src/service/payouts_service.ts'
 
 export type BenchDb = 'sqlite' | 'pg' | 'mysql'
 
@@ -132,7 +133,7 @@ export async function startBenchApp(options: {
     },
   })
 
-  const { processor } = await host.payouts.parts()
+  const { processor } = await partsOf(host.payouts)
   const kick = processor.kick.bind(processor)
   return {
     app: host.app,

@@ -6,6 +6,7 @@ import { BroadcastRelay } from '../src/service/broadcast_relay.ts'
 import { startBenchApp, type BenchDb } from './app.ts'
 import { growthCommands, processFor } from './growth_child.ts'
 import { failToParent, serveParent } from './ipc.ts'
+import { partsOf } from '../src/service/payouts_service.ts'
 
 /**
  * Child process: one bench app (argv: db kind, SQLite file), driven by bench/run.ts over
@@ -62,7 +63,7 @@ async function main() {
             .from(bench.inboxTable)
             .whereIn('state', ['pending', 'failed'])
             .update({ state: 'dead' })
-          const { processor } = await bench.payouts.parts()
+          const { processor } = await partsOf(bench.payouts)
           await processor.idle()
           mayBeDraining = false
         }

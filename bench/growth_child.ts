@@ -5,6 +5,7 @@ import Payout from '../src/models/payout.ts'
 import { insertInbox, seedBody, seedLedger } from '../tests/helpers/ledger_seed.ts'
 import type { BenchApp, BenchDb } from './app.ts'
 import { median } from './stats.ts'
+import { partsOf } from '../src/service/payouts_service.ts'
 
 /** Runs `fn` `times` times; the median and the max of its durations, ms. */
 async function timed(times: number, fn: (i: number) => Promise<unknown>) {
@@ -72,7 +73,7 @@ async function settleInnodb(sql: QueryClientContract) {
  * seconds it ran (a backlog drained early must not be divided by the whole window).
  */
 export async function processFor(bench: BenchApp, ms: number) {
-  const { processor } = await bench.payouts.parts()
+  const { processor } = await partsOf(bench.payouts)
   const started = performance.now()
   bench.setProcessing(true)
   processor.kick()
@@ -136,14 +137,14 @@ export function growthCommands(bench: BenchApp, lucid: Database, db: BenchDb) {
     drainBacklog: async (args: { ms: number }) => {
       const before = await unprocessed()
       const seconds = await processFor(bench, args.ms)
-      const { processor } = await bench.payouts.parts()
+      const { processor } = await partsOf(bench.payouts)
       await processor.idle()
       const rows = before - (await unprocessed())
       return { rows, seconds, rowsPerSecond: rows / seconds }
     },
     /** Waits until the inbox has nothing left to process. */
     settle: async () => {
-      const { processor } = await bench.payouts.parts()
+      const { processor } = await partsOf(bench.payouts)
       bench.setProcessing(true)
       processor.kick()
       await processor.idle()

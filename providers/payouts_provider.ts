@@ -78,7 +78,7 @@ export default class PayoutsProvider {
       const config = await this.#validatedConfig()
       const logger = await resolver.make('logger')
       const emitter = await resolver.make('emitter')
-      const { createClient } = await import('../src/service/connection.ts')
+      const { createClient } = await import('../src/service/client_factory.ts')
       const hasLucid = this.app.container.hasBinding('lucid.db')
       this.#service = new PayoutsService(config, {
         logger,

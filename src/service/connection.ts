@@ -1,9 +1,7 @@
 import type { Logger } from '@adonisjs/core/logger'
-import { PayoutsClient } from '../client/main.ts'
+import type { PayoutsClient } from '../client/main.ts'
 import type { PayoutsConfig } from '../define_config.ts'
-import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
 import type { Reachability } from '../health/reachability.ts'
-import { clientRetries } from './client_retries.ts'
 
 /**
  * What the service talks to: the Payout Service's API through a client, the secrets its
@@ -25,34 +23,8 @@ export interface PayoutsConnection {
 }
 
 /**
- * The framework-free API client, configured from the plugin's config and logging to the app.
- * Without a key (none issued yet) it throws E_PAYOUTS_API_KEY_MISSING.
- */
-export function createClient(config: PayoutsConfig, logger: Logger): PayoutsClient {
-  if (!config.apiKey) throw new E_PAYOUTS_API_KEY_MISSING()
-  return new PayoutsClient({
-    apiKey: config.apiKey,
-    baseUrl: config.baseUrl,
-    environment: config.environment,
-    timeoutMs: config.timeoutMs,
-    retry: config.retry,
-    rateLimiter: config.clientRateLimiter,
-    paths: config.paths,
-    allowInsecureLoopbackWebhooks: config.allowInsecureLoopbackWebhooks,
-    logger: {
-      debug: (obj, msg) => {
-        logger.debug(obj, msg)
-        if (msg === 'payouts request retry' && clientRetries.hasSubscribers) {
-          clientRetries.publish(obj)
-        }
-      },
-      warn: (obj, msg) => logger.warn(obj, msg),
-    },
-  })
-}
-
-/**
- * The configured service: the client `createClient` makes (the provider's), and a probe of
+ * The configured service: the client `makeClient` makes (the provider's `createClient`, in
+ * `client_factory.ts`, loaded with the client, undici and zod on first use), and a probe of
  * its own for health (one attempt, the short timeout, no rate budget of the app's).
  */
 export class LiveConnection implements PayoutsConnection {
@@ -74,7 +46,10 @@ export class LiveConnection implements PayoutsConnection {
 
   async reachability(): Promise<Reachability> {
     if (!this.#reachability) {
-      const { Reachability } = await import('../health/reachability.ts')
+      const [{ Reachability }, { createClient }] = await Promise.all([
+        import('../health/reachability.ts'),
+        import('./client_factory.ts'),
+      ])
       const { config, logger } = this
       const { timeoutMs } = config.health.reachability
       this.#reachability ??= new Reachability(config, () =>

@@ -15,18 +15,19 @@ import type { PayoutsFake, PayoutsFakeOptions } from '../testing/payouts_fake.ts
 import type { SecretStore } from '../webhooks/secret_store.ts'
 import { BackgroundWork } from './background_work.ts'
 import { LiveConnection, type PayoutsConnection } from './connection.ts'
-import type { BroadcastRelay } from './broadcast_relay.ts'
-import {
-  PayoutsNotifier,
-  relayEnabled,
-  type ChannelAuthorizers,
-  type ChannelBroadcaster,
-} from './notifier.ts'
+import { PayoutsNotifier, type ChannelAuthorizers, type ChannelBroadcaster } from './notifier.ts'
+import { TransmitChannels } from './transmit_channels.ts'
 import { webhookSubscriptions } from './webhook_subscriptions.ts'
 import type { PayoutsServiceDeps, ServiceParts } from './wiring.ts'
 
 export type { ChannelAuthorizers, ChannelBroadcaster } from './notifier.ts'
 export type { PayoutsServiceDeps, ServiceParts } from './wiring.ts'
+
+/**
+ * @internal The parts behind a service (its ledger, inbox, processor, ...): the plugin's own
+ * tests and benchmarks reach in here. An app uses the service's methods.
+ */
+export let partsOf: (service: PayoutsService) => Promise<ServiceParts>
 
 /**
  * The plugin's entry point inside an AdonisJS app: a configured client, the ledger,
@@ -43,11 +44,7 @@ export class PayoutsService {
   #parts?: Promise<ServiceParts>
   #notifier: PayoutsNotifier
   #background: BackgroundWork
-  /** Set by `registerChannels` when the relay carries the changes to Transmit. */
-  #relayed = false
-  /** Set by `relayBroadcasts`: this process serves Transmit's subscribers (a web process). */
-  #servesSubscribers = false
-  #relay?: Promise<BroadcastRelay | null>
+  #channels: TransmitChannels
 
   constructor(config: PayoutsConfig, deps: PayoutsServiceDeps) {
     this.config = config
@@ -55,10 +52,11 @@ export class PayoutsService {
     this.#live = new LiveConnection(config, deps.logger, deps.createClient)
     this.#connection = this.#live
     this.#notifier = new PayoutsNotifier({ config, logger: deps.logger, emitter: deps.emitter })
+    this.#channels = new TransmitChannels({ config, notifier: this.#notifier, ...deps })
     this.#background = new BackgroundWork({
       config,
       logger: deps.logger,
-      parts: () => this.parts(),
+      parts: () => this.#partsOf(),
       host: { lockManager: deps.lockManager, redisConnection: deps.redisConnection },
       jobs: {
         reconcile: () => this.reconcile(),
@@ -119,11 +117,12 @@ export class PayoutsService {
     this.#connection = connection
   }
 
-  /**
-   * @internal The parts behind the service, built once on first use (wiring and Lucid loaded
-   * lazily). The plugin's own tests reach in here; an app uses the methods below.
-   */
-  parts(): Promise<ServiceParts> {
+  static {
+    partsOf = (service) => service.#partsOf()
+  }
+
+  /** The parts behind the service, built once on first use (wiring and Lucid loaded lazily). */
+  #partsOf(): Promise<ServiceParts> {
     const { database } = this.#deps
     if (!this.config.ledger.enabled || !database) {
       return Promise.reject(new E_PAYOUTS_FEATURE_DISABLED(['ledger']))
@@ -150,11 +149,7 @@ export class PayoutsService {
    * commits from here on goes out (the server listens before the app is ready).
    */
   registerChannels(transmit: ChannelBroadcaster, authorizers: ChannelAuthorizers = {}) {
-    this.#relayed = relayEnabled(this.config, this.#deps.transmitTransport?.() ?? false)
-    debug('transmit channels registered, relay %s', this.#relayed ? 'on' : 'off')
-    this.#notifier.registerChannels(transmit, authorizers, { relayed: this.#relayed })
-    if (this.#relayed && this.#deps.servesSubscribers?.()) this.#servesSubscribers = true
-    void this.#startRelay()
+    this.#channels.register(transmit, authorizers)
   }
 
   /**
@@ -163,43 +158,7 @@ export class PayoutsService {
    * from now, once the channels are registered.
    */
   async relayBroadcasts() {
-    this.#servesSubscribers = true
-    await this.#startRelay()
-  }
-
-  async #startRelay() {
-    const { database, logger } = this.#deps
-    if (!this.#servesSubscribers || !this.#relayed || !this.config.ledger.enabled || !database) {
-      return
-    }
-    this.#relay ??= (async () => {
-      const [{ BroadcastRelay }, { configureModels }, { changesChannel }] = await Promise.all([
-        import('./broadcast_relay.ts'),
-        import('../models/main.ts'),
-        import('../database/change_notices.ts'),
-      ])
-      const { connection, tablePrefix, transactionTimeoutMs } = this.config.ledger
-      configureModels(tablePrefix, connection)
-      const relay = new BroadcastRelay({
-        db: await database(),
-        connection,
-        notifier: this.#notifier,
-        logger,
-        intervalMs: this.config.transmit.relayIntervalMs,
-        // PostgreSQL: the committing process's NOTIFY wakes it (see `CommitNotices`).
-        channel: changesChannel(tablePrefix),
-        // A transaction cannot stay open longer: past it, a missing id never commits.
-        gapWaitMs: transactionTimeoutMs + 5000,
-      })
-      // Its cursor before anything else: every change committed from now on goes out.
-      await relay.readOnce().catch(() => {})
-      relay.start()
-      return relay
-    })().catch((error) => {
-      logger.error({ err: error }, 'payouts relay not started')
-      return null
-    })
-    await this.#relay
+    await this.#channels.serveSubscribers()
   }
 
   /**
@@ -212,7 +171,7 @@ export class PayoutsService {
     input: ExecuteInput,
     options: { ownerId?: string | null; idempotencyKey?: string } = {}
   ) {
-    const { executor } = await this.parts()
+    const { executor } = await this.#partsOf()
     debug('execute sending (owner %s)', options.ownerId ?? 'none')
     const executed = await executor.execute(input, options)
     debug('execute stored: payout %s is %s', executed.payout.payoutUuid, executed.payout.status)
@@ -222,18 +181,18 @@ export class PayoutsService {
   /** Recipients through the API, mirrored in the host app's table. */
   readonly recipients = {
     create: (...args: Parameters<RecipientsMirror['create']>) =>
-      this.parts().then(({ recipients }) => recipients.create(...args)),
+      this.#partsOf().then(({ recipients }) => recipients.create(...args)),
     update: (...args: Parameters<RecipientsMirror['update']>) =>
-      this.parts().then(({ recipients }) => recipients.update(...args)),
+      this.#partsOf().then(({ recipients }) => recipients.update(...args)),
     delete: (...args: Parameters<RecipientsMirror['delete']>) =>
-      this.parts().then(({ recipients }) => recipients.delete(...args)),
+      this.#partsOf().then(({ recipients }) => recipients.delete(...args)),
     sync: (...args: Parameters<RecipientsMirror['sync']>) =>
-      this.parts().then(({ recipients }) => recipients.sync(...args)),
+      this.#partsOf().then(({ recipients }) => recipients.sync(...args)),
   }
 
   /** Re-sends unknown execution intents with their original key (see PayoutExecutor). */
   async recover(options?: { olderThanMs?: number; limit?: number }) {
-    const { executor } = await this.parts()
+    const { executor } = await this.#partsOf()
     return this.#background.recorded('job:recover', executor.recover(options))
   }
 
@@ -243,7 +202,7 @@ export class PayoutsService {
    * interval; call it from your own worker when `webhook.retryIntervalMs` is 0.
    */
   async renotify(options?: { olderThanMs?: number; limit?: number }) {
-    const { ledger } = await this.parts()
+    const { ledger } = await this.#partsOf()
     return ledger.renotify(options)
   }
 
@@ -255,7 +214,7 @@ export class PayoutsService {
    */
   async webhookSecrets(now = Date.now(), options: { maxAgeMs?: number } = {}): Promise<string[]> {
     if (this.#ledgerEnabled()) {
-      const { acceptedSecrets } = await this.parts()
+      const { acceptedSecrets } = await this.#partsOf()
       return acceptedSecrets.list(now, options)
     }
     const { AcceptedSecrets } = await import('../webhooks/accepted_secrets.ts')
@@ -277,7 +236,7 @@ export class PayoutsService {
   )
 
   async #secretStore(): Promise<SecretStore> {
-    const { secrets } = await this.parts()
+    const { secrets } = await this.#partsOf()
     if (!secrets) throw new E_PAYOUTS_FEATURE_DISABLED(['encryption (APP_KEY)'])
     return secrets
   }
@@ -294,7 +253,7 @@ export class PayoutsService {
   async #receive(ctx: HttpContext) {
     let parts: ServiceParts
     try {
-      parts = await this.parts()
+      parts = await this.#partsOf()
     } catch (error) {
       this.#deps.logger.error({ err: error }, 'payouts webhook not stored')
       return ctx.response.status(503).send({ error: 'temporarily unavailable' })
@@ -304,17 +263,17 @@ export class PayoutsService {
 
   /** Reads quiet non-terminal payouts and applies what the service says (source `poll`). */
   async reconcile(options?: { staleAfterMs?: number }) {
-    const { reconciler } = await this.parts()
+    const { reconciler } = await this.#partsOf()
     return this.#background.recorded('job:reconcile', reconciler.run(options))
   }
 
   /** The escrow fallback: record the deposit you sent; the job confirms only when allowed. */
   readonly escrow = {
     recordDeposit: (...args: Parameters<EscrowDeposits['record']>) =>
-      this.parts().then(({ escrowDeposits }) => escrowDeposits.record(...args)),
+      this.#partsOf().then(({ escrowDeposits }) => escrowDeposits.record(...args)),
     /** Runs the fallback once, now. */
     confirmDue: () =>
-      this.parts().then(({ escrow }) => this.#background.recorded('job:escrow', escrow.run())),
+      this.#partsOf().then(({ escrow }) => this.#background.recorded('job:escrow', escrow.run())),
   }
 
   /**
@@ -351,7 +310,7 @@ export class PayoutsService {
     until?: string
     force?: boolean
   }) {
-    const { inbox } = await this.parts()
+    const { inbox } = await this.#partsOf()
     const ids = await inbox.requeue({
       ...filter,
       since: filter.since ? new Date(filter.since) : undefined,
@@ -372,7 +331,7 @@ export class PayoutsService {
    */
   async health() {
     const { readHealth } = await import('../health/report.ts')
-    const ledger = this.#ledgerEnabled() ? await this.parts() : null
+    const ledger = this.#ledgerEnabled() ? await this.#partsOf() : null
     return readHealth({
       config: this.config,
       environment: this.client.environment,
@@ -388,7 +347,7 @@ export class PayoutsService {
    * them. Dead letters only with `deadLetters`; the ledger never.
    */
   async prune(options: { dryRun?: boolean; deadLetters?: boolean } = {}) {
-    const { db } = await this.parts()
+    const { db } = await this.#partsOf()
     const { createPruner } = await import('../ledger/pruning.ts')
     const pruning = createPruner(db, this.config).prune(options)
     return options.dryRun ? pruning : this.#background.recorded('job:prune', pruning)
@@ -399,7 +358,7 @@ export class PayoutsService {
    * at a time); returns how many rows were handled.
    */
   async drainInbox(options: { maxBatches?: number } = {}) {
-    const { processor } = await this.parts()
+    const { processor } = await this.#partsOf()
     await processor.idle()
     return processor.drain(options)
   }
@@ -409,7 +368,7 @@ export class PayoutsService {
    * `payouts:deliveries` lists and `payouts:replay --id` checks).
    */
   async deliveries(filter: { states?: string[]; ids?: string[]; limit?: number } = {}) {
-    const { db } = await this.parts()
+    const { db } = await this.#partsOf()
     const { listInboxDeliveries } = await import('./inbox_view.ts')
     return listInboxDeliveries(db, this.config, filter)
   }
@@ -430,7 +389,7 @@ export class PayoutsService {
   }
 
   async #intentsDesk() {
-    const { executor } = await this.parts()
+    const { executor } = await this.#partsOf()
     const { IntentsDesk, OPEN_INTENT_STATES } = await import('./intents_desk.ts')
     return { desk: new IntentsDesk(executor, this.config.ledger.connection), OPEN_INTENT_STATES }
   }
@@ -467,9 +426,7 @@ export class PayoutsService {
   /** Closes sockets and timers; called by the provider on shutdown. */
   async close() {
     await this.restore()
-    const relay = await this.#relay
-    this.#relay = undefined
-    await relay?.stop()
+    await this.#channels.close()
     await this.#background.stop()
     if (this.#parts) {
       const parts = await this.#parts.catch(() => null)

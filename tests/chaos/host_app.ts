@@ -31,6 +31,7 @@ import {
   type ParentMessage,
   type PlannedPayout,
 } from './helpers.ts'
+import { partsOf } from '../../src/service/payouts_service.ts'
 
 type Unstamped<T> = T extends LogLine ? Omit<T, 'pid'> : never
 
@@ -67,7 +68,7 @@ async function watch({ app, payouts, route }: HostAppParts) {
   }) as typeof appLogger.debug
 
   // Deliveries the inbox refused as already stored (duplicates and retries of stored ones).
-  const { inbox } = await payouts.parts()
+  const { inbox } = await partsOf(payouts)
   const insert = inbox.insert.bind(inbox)
   inbox.insert = async (input) => {
     const outcome = await insert(input)
@@ -276,7 +277,7 @@ process.on('message', (message: ParentMessage) => {
 
 // The first host app subscribes (before the parent turns the faults on); its successors find
 // the stored subscription.
-const { secrets } = await payouts.parts()
+const { secrets } = await partsOf(payouts)
 const subscriptionId =
   (await secrets!.list())[0]?.subscriptionId ??
   (await payouts.webhooks.create({ url: config.webhookUrl })).id

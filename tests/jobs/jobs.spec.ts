@@ -12,6 +12,7 @@ import { TEST_DB } from '../helpers/database.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
 import { startRecordingProxy } from '../helpers/recording_proxy.ts'
 import { startScriptedServer, type Reply } from '../helpers/scripted_server.ts'
+import { partsOf } from '../../src/service/payouts_service.ts'
 
 async function setup(
   cleanup: (fn: () => Promise<void>) => void,
@@ -254,7 +255,7 @@ async function scriptedEscrow(
     retry: { maxRetries: 5, baseDelayMs: 1, jitter: 0 },
     jobs: { escrowMaxAttempts: 3, escrowRetryBackoffMs: 60_000 },
   })
-  await app.payouts.parts()
+  await partsOf(app.payouts)
   await EscrowDeposit.create({ quoteId, payoutUuid: payoutId, state: 'awaiting_deposit' })
   await recordDepositAgo(app.payouts, quoteId, txHash, { hours: 1 })
   /** What reached the service, in order: `status` reads and `confirm` requests. */
@@ -424,7 +425,7 @@ test.group(`Jobs | escrow fallback, a 500 whatever its body (${TEST_DB})`, () =>
       confirmAttemptedAt: DateTime.now().minus({ minutes: 30 }),
     })
     await deposit.save()
-    const { ledger } = await payouts.parts()
+    const { ledger } = await partsOf(payouts)
     await ledger.apply({
       payoutId,
       status: 'processing',
@@ -597,7 +598,7 @@ test.group(`Jobs | reconciliation (${TEST_DB})`, () => {
         clientRateLimiter: false,
         retry: { maxRetries: 0 },
       })
-      const { ledger } = await app.payouts.parts()
+      const { ledger } = await partsOf(app.payouts)
       for (let i = 0; i < 2; i++) {
         await ledger.apply({ payoutId: randomUUID(), status: 'pending', source: 'execute' })
       }
@@ -614,7 +615,7 @@ test.group(`Jobs | reconciliation (${TEST_DB})`, () => {
     const poisoned = (await payouts.execute(fiat)).result.payoutId
     const healthy = (await payouts.execute(fiat)).result.payoutId
     await emu.admin.advance(60_000)
-    const { db, ledger } = await payouts.parts()
+    const { db, ledger } = await partsOf(payouts)
     const reconcileWith = (failure: (status: number) => Error) =>
       new Reconciler({
         db,

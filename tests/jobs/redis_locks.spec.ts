@@ -5,10 +5,11 @@ import { validateConfig } from '../../src/define_config.ts'
 import { createJobLocks } from '../../src/jobs/locks.ts'
 import { JobScheduler, type ScheduledJob } from '../../src/jobs/scheduler.ts'
 import { PayoutsService } from '../../src/service/payouts_service.ts'
-import { createClient } from '../../src/service/connection.ts'
+import { createClient } from '../../src/service/client_factory.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { tickTogether } from './helpers.ts'
+import { partsOf } from '../../src/service/payouts_service.ts'
 
 const REDIS_URL = `redis://${process.env.REDIS_HOST ?? '127.0.0.1'}:${process.env.REDIS_PORT ?? 6379}`
 
@@ -147,7 +148,7 @@ test.group(`Jobs | locks on Redis (${TEST_DB})`, () => {
     const a = service('a')
     const b = service('b')
     // Built first, so the first ticks do not wait on the ledger's lazy imports.
-    await Promise.all([a.service.parts(), b.service.parts()])
+    await Promise.all([partsOf(a.service), partsOf(b.service)])
     const started = Date.now()
     await Promise.all([a.service.startJobs(), b.service.startJobs()])
     await sleep(intervalMs * 5 + 100)

@@ -15,6 +15,7 @@ import { BASE_URL, TEST_API_KEY } from '../helpers/app.ts'
 import { connectionConfig, createAllPayoutsTables, TEST_DB } from '../helpers/database.ts'
 import { bootHostApp } from '../helpers/host_app.ts'
 import { startHttpApp, type HttpApp } from '../helpers/http_app.ts'
+import { partsOf } from '../../src/service/payouts_service.ts'
 
 /** An app whose configured service is unreachable (127.0.0.1:9): only the fake answers. */
 async function fakedApp(
@@ -45,7 +46,7 @@ function fiat(fake: PayoutsFake, overrides: Record<string, unknown> = {}) {
 }
 
 async function row(app: HttpApp, payoutUuid: string) {
-  await app.payouts.parts()
+  await partsOf(app.payouts)
   return Payout.query().where('payout_uuid', payoutUuid).firstOrFail()
 }
 

@@ -5,10 +5,11 @@ import type { EventsList } from '@adonisjs/core/types'
 import type { PayoutObservation } from '../../src/ledger/vocabulary.ts'
 import { EscrowDeposit, PayoutEvent } from '../../src/models/main.ts'
 import { PayoutsService, type ChannelBroadcaster } from '../../src/service/payouts_service.ts'
-import { createClient } from '../../src/service/connection.ts'
+import { createClient } from '../../src/service/client_factory.ts'
 import { leasesExpired, waitFor } from '../chaos/helpers.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
+import { partsOf } from '../../src/service/payouts_service.ts'
 
 type ChangeEventName =
   | 'payouts:created'
@@ -95,7 +96,7 @@ test.group(`App events | a dedupe key per event (${TEST_DB})`, () => {
     const { emitter, start } = await setup(cleanup)
     const listener = dedupingListener()
     for (const name of CHANGE_EVENTS) emitter.on(name, listener.on(name))
-    const { ledger } = await start().parts()
+    const { ledger } = await partsOf(start())
     const payoutId = randomUUID()
     await ledger.apply(pending(payoutId))
     await ledger.apply({ ...completed(payoutId), status: 'processing', step: 'collected' })
@@ -139,7 +140,7 @@ test.group(`App events | a dedupe key per event (${TEST_DB})`, () => {
     })
     const payoutId = randomUUID()
     const quoteId = randomUUID()
-    const dying = await start().parts()
+    const dying = await partsOf(start())
     await dying.ledger.apply(pending(payoutId, { flow: 'stablecoin_to_fiat' }))
     await EscrowDeposit.create({ quoteId, payoutUuid: payoutId, state: 'awaiting_deposit' })
     // The service detected the deposit: the payout completes, the deposit is confirmed.
@@ -209,7 +210,7 @@ test.group(`App events | a failing listener silences nothing (${TEST_DB})`, () =
     const completions: Array<EventsList['payouts:completed']> = []
     emitter.on('payouts:completed', (event) => void completions.push(event))
 
-    const { ledger } = await service.parts()
+    const { ledger } = await partsOf(service)
     const payoutId = randomUUID()
     await ledger.apply(pending(payoutId))
     await ledger.apply(completed(payoutId))
@@ -276,7 +277,7 @@ test.group(`App events | a failing listener silences nothing (${TEST_DB})`, () =
     const completions: string[] = []
     emitter.on('payouts:completed', (event) => void completions.push(event.eventKey))
 
-    const { ledger } = await service.parts()
+    const { ledger } = await partsOf(service)
     const payoutId = randomUUID()
     await ledger.apply(pending(payoutId))
     await ledger.apply(completed(payoutId))
@@ -300,7 +301,7 @@ test.group(`App events | a failing listener silences nothing (${TEST_DB})`, () =
       },
     }
     service.registerChannels(broadcaster, {})
-    const { ledger } = await service.parts()
+    const { ledger } = await partsOf(service)
     const payoutId = randomUUID()
     await ledger.apply(pending(payoutId))
     assert.deepEqual(sent, ['payouts/owners/tenant-a'])

@@ -5,6 +5,7 @@ import { Payout, WebhookDelivery } from '../../src/models/main.ts'
 import { signPayload } from '../../src/signature/main.ts'
 import { recordStatements, TEST_DB } from '../helpers/database.ts'
 import { startHttpApp, type HttpApp } from '../helpers/http_app.ts'
+import { partsOf } from '../../src/service/payouts_service.ts'
 
 const SECRET = 'whsec_current_secret'
 const now = () => Math.floor(Date.now() / 1000)
@@ -93,7 +94,7 @@ test.group(`Webhooks | signed route (${TEST_DB})`, () => {
     cleanup,
   }) => {
     const app = await startHttpApp(cleanup, { webhook: { processBatchSize: 2 } })
-    const { inbox } = await app.payouts.parts()
+    const { inbox } = await partsOf(app.payouts)
     const events = Array.from({ length: 5 }, () => createdEvent())
     // Stored without the route's kick, so they wait as one backlog.
     await Promise.all(

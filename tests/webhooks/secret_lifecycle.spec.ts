@@ -7,7 +7,7 @@ import { WebhookDelivery } from '../../src/models/main.ts'
 import { signPayload } from '../../src/signature/main.ts'
 import { SecretStore } from '../../src/webhooks/secret_store.ts'
 import { PayoutsService } from '../../src/service/payouts_service.ts'
-import { createClient } from '../../src/service/connection.ts'
+import { createClient } from '../../src/service/client_factory.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startAppOnEmulator, type HttpApp } from '../helpers/http_app.ts'
 

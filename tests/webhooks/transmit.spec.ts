@@ -6,6 +6,7 @@ import { signPayload } from '../../src/signature/main.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startHttpApp, type HttpApp } from '../helpers/http_app.ts'
 import { subscriber } from '../worker/helpers.ts'
+import { partsOf } from '../../src/service/payouts_service.ts'
 
 test.group(`Transmit | payout channels (${TEST_DB})`, (group) => {
   // One app for the group: @adonisjs/transmit's controllers use a module-level singleton
@@ -36,7 +37,7 @@ test.group(`Transmit | payout channels (${TEST_DB})`, (group) => {
   }) => {
     const payoutId = randomUUID()
     // The payout belongs to tenant-a (as execute would have stored it).
-    const { db } = await app.payouts.parts()
+    const { db } = await partsOf(app.payouts)
     await new PayoutLedger(db).apply({
       payoutId,
       status: 'pending',
@@ -112,7 +113,7 @@ test.group(`Transmit | payout channels (${TEST_DB})`, (group) => {
     await subscription.create()
 
     const payoutId = randomUUID()
-    const { ledger } = await app.payouts.parts()
+    const { ledger } = await partsOf(app.payouts)
     // The webhook first: nobody knows the owner yet, so only the payout channel hears it.
     await ledger.apply({ payoutId, status: 'pending', step: 'initiated', source: 'webhook' })
     // Then the execute response: no new position, but now the owner is known.

@@ -4,7 +4,7 @@ import { createApp, TEST_API_KEY } from '../helpers/app.ts'
 import { Logger } from '@adonisjs/core/logger'
 import { validateConfig } from '../../src/define_config.ts'
 import { PayoutsService } from '../../src/service/payouts_service.ts'
-import { createClient } from '../../src/service/connection.ts'
+import { createClient } from '../../src/service/client_factory.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
 

@@ -11,6 +11,7 @@ import { BASE_URL } from '../helpers/app.ts'
 import { connectionConfig, TEST_DB } from '../helpers/database.ts'
 import { serveHostApp } from '../helpers/host_app.ts'
 import { listen, payoutsConfig, postEvent, spawnChild, type ChildOptions } from './helpers.ts'
+import { partsOf } from '../../src/service/payouts_service.ts'
 
 /**
  * The browser hears every change in every deployment shape: web processes with Transmit and
@@ -321,12 +322,12 @@ test.group(`Relay | from the channels' registration (${TEST_DB})`, () => {
           timeoutMs: 5000,
           everyMs: 10,
         }).catch(() => {})
-        const { ledger } = await payouts.parts()
+        const { ledger } = await partsOf(payouts)
         await ledger.apply({ payoutId: early, ...created })
       },
     })
     cleanup(() => host.close())
-    const { ledger } = await host.payouts.parts()
+    const { ledger } = await partsOf(host.payouts)
     await ledger.apply({ payoutId: later, ...created })
     await waitFor('the later change relayed', () => sent.some((e) => e.payoutId === later), {
       timeoutMs: 15_000,

@@ -13,6 +13,7 @@ import { BASE_URL } from '../helpers/app.ts'
 import { connectionConfig } from '../helpers/database.ts'
 import { serveHostApp } from '../helpers/host_app.ts'
 import { payoutsConfig, registerChannels, transmitConfig, type ChildOptions } from './helpers.ts'
+import { partsOf } from '../../src/service/payouts_service.ts'
 
 const options: ChildOptions = JSON.parse(process.env.WORKER_TEST!)
 process.on('disconnect', () => process.exit(1))
@@ -48,7 +49,7 @@ async function executeAll(bodies: Array<Record<string, unknown>>) {
 process.on('message', async (message: { type: string; bodies?: any[]; observation?: any }) => {
   if (message.type === 'execute') return executeAll(message.bodies!)
   if (message.type === 'apply') {
-    const { ledger } = await host.payouts.parts()
+    const { ledger } = await partsOf(host.payouts)
     const result = await ledger.apply(message.observation)
     return process.send!({
       type: 'applied',
@@ -57,7 +58,7 @@ process.on('message', async (message: { type: string; bodies?: any[]; observatio
     })
   }
   if (message.type !== 'idle') return
-  const { processor } = await host.payouts.parts()
+  const { processor } = await partsOf(host.payouts)
   await processor.idle()
   const rows = await WebhookDelivery.query().select('state')
   const states: Record<string, number> = {}

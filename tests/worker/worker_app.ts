@@ -17,6 +17,7 @@ import { BASE_URL } from '../helpers/app.ts'
 import { connectionConfig } from '../helpers/database.ts'
 import { hostAppIgnitor } from '../helpers/host_app.ts'
 import { payoutsConfig, transmitConfig, type ChildOptions } from './helpers.ts'
+import { partsOf } from '../../src/service/payouts_service.ts'
 
 const options: ChildOptions = JSON.parse(process.env.WORKER_TEST!)
 process.on('disconnect', () => process.exit(1))
@@ -77,7 +78,7 @@ await ignitor
         }
         if (options.listenerDelayMs) await setTimeout(options.listenerDelayMs)
       })
-      const { inbox } = await payouts.parts()
+      const { inbox } = await partsOf(payouts)
       if (options.rowByRow) {
         inbox.processDueInTransaction = () => Promise.reject(new Error('forced row by row'))
       }
