@@ -1,0 +1,130 @@
+/**
+ * The plugin's `node:diagnostics_channel` tracing channels, in its own namespace
+ * (`svc-payouts.*`), as AdonisJS publishes `adonisjs.http.request`: a subscriber (an
+ * OpenTelemetry instrumentation, an APM agent, a test) sees `start`, `end`, `asyncStart`,
+ * `asyncEnd` and `error` with the context object below; the plugin fills its fields as the work
+ * goes (a status, an outcome), and `tracePromise` adds `result` or `error`. With nothing
+ * subscribed a channel costs a property read: no context is built. No context holds a key, a
+ * secret, a signature, a body or banking instructions; routes are templates
+ * (`GET /payouts/{id}`), never paths with ids. docs/observability.md lists every field.
+ */
+import { tracingChannel, type TracingChannel } from 'node:diagnostics_channel'
+
+/** One call of the client (all its attempts): `svc-payouts.client.request`. */
+export interface ClientRequestContext {
+  /** The contract's endpoint name (`getPayout`, `execute`, ...). */
+  endpoint: string
+  method: string
+  /** The path template (`/payouts/{id}`), as configured. */
+  route: string
+  /** Attempts sent so far (1 on the first). */
+  attempts: number
+  /** The last answer's HTTP status (0: none, a network error or timeout). */
+  status?: number
+  /** The service's request id of the last answer, when it sent one. */
+  requestId?: string | null
+  /** Why the last retry was made (`429`, `503`, `network`, `timeout`, ...). */
+  retryReason?: string
+}
+
+/** One `payouts.execute`: `svc-payouts.execute`. */
+export interface ExecuteContext {
+  /** Whose key guards it: the app's own (`app`) or one the plugin made (`plugin`). */
+  keyOrigin: 'app' | 'plugin'
+  /** The intent's id, once it exists. */
+  intentId?: number
+  /** The payout's UUID and flow, once the service answered. */
+  payoutId?: string
+  flow?: string
+  /** How it ended: `sent`, `repeated` (a key seen before), `failed`, `unknown`, ... */
+  outcome?: string
+}
+
+/** One delivery at the webhook route: `svc-payouts.webhook.receive`. */
+export interface WebhookReceiveContext {
+  /** `Svc-Event-Type` as sent (at most 100 characters). */
+  eventType: string | null
+  deliveryId: string | null
+  /** `stored`, `duplicate`, `rejected` or `unavailable` (503). */
+  outcome?: 'stored' | 'duplicate' | 'rejected' | 'unavailable'
+  /** Why it was refused (`no_matching_signature`, `timestamp_out_of_tolerance`, ...). */
+  reason?: string
+  /** The HTTP status answered. */
+  status?: number
+}
+
+/** One inbox batch (claimed, applied, marked): `svc-payouts.inbox.batch`. */
+export interface InboxBatchContext {
+  /** `transaction` (one transaction for the lot) or `row_by_row` (under a lease). */
+  path: 'transaction' | 'row_by_row'
+  /** Rows handled, dead-lettered among them. */
+  rows?: number
+  dead?: number
+  /** The delivery ids of the rows (webhook ids, or `ws_<hash>` for stream messages). */
+  deliveryIds?: string[]
+}
+
+/** One committed change told to the app: `svc-payouts.notify`. */
+export interface NotifyContext {
+  payoutId: string
+  eventId: number
+  /** The app events fired, in order, with their keys. */
+  events: string[]
+  eventKeys: string[]
+  status: string
+  step: string | null
+  /** Listeners that failed or timed out. */
+  listenerFailures?: number
+}
+
+/** One run of a job: `svc-payouts.job.run`. */
+export interface JobRunContext {
+  /** `reconcile`, `escrow`, `recover` or `prune`. */
+  job: string
+}
+
+/** One WebSocket message stored, or a reconnect: `svc-payouts.stream.message` / `.reconnect`. */
+export interface StreamContext {
+  /** The message's event type, or `reconnect`. */
+  type: string
+  deliveryId?: string
+  outcome?: string
+}
+
+/** The names, for subscribers: `diagnostics_channel.tracingChannel(CHANNEL_NAMES.execute)`. */
+export const CHANNEL_NAMES = {
+  clientRequest: 'svc-payouts.client.request',
+  execute: 'svc-payouts.execute',
+  webhookReceive: 'svc-payouts.webhook.receive',
+  inboxBatch: 'svc-payouts.inbox.batch',
+  notify: 'svc-payouts.notify',
+  jobRun: 'svc-payouts.job.run',
+  streamMessage: 'svc-payouts.stream.message',
+  streamReconnect: 'svc-payouts.stream.reconnect',
+} as const
+
+/** Every channel the plugin publishes. */
+export const channels = {
+  clientRequest: tracingChannel<ClientRequestContext>(CHANNEL_NAMES.clientRequest),
+  execute: tracingChannel<ExecuteContext>(CHANNEL_NAMES.execute),
+  webhookReceive: tracingChannel<WebhookReceiveContext>(CHANNEL_NAMES.webhookReceive),
+  inboxBatch: tracingChannel<InboxBatchContext>(CHANNEL_NAMES.inboxBatch),
+  notify: tracingChannel<NotifyContext>(CHANNEL_NAMES.notify),
+  jobRun: tracingChannel<JobRunContext>(CHANNEL_NAMES.jobRun),
+  streamMessage: tracingChannel<StreamContext>(CHANNEL_NAMES.streamMessage),
+  streamReconnect: tracingChannel<StreamContext>(CHANNEL_NAMES.streamReconnect),
+} as const
+
+/**
+ * Runs `work` inside `channel`'s trace when anybody listens, with the context `context()`
+ * builds then (nothing is built otherwise); `work` gets the context (or undefined) to fill.
+ */
+export function traced<Context extends object, T>(
+  channel: TracingChannel<Context>,
+  context: () => Context,
+  work: (context: Context | undefined) => Promise<T>
+): Promise<T> {
+  if (!channel.hasSubscribers) return work(undefined)
+  const built = context()
+  return channel.tracePromise(() => work(built), built)
+}
