@@ -22,7 +22,7 @@ export interface ReconcilerOptions {
   budgetShare?: number
   /** Non-terminal payouts created longer ago than this are reported once as stuck. */
   stuckAfterMs?: number
-  onStuck?: (event: PayoutStuckEvent) => void | Promise<void>
+  onStuck?: (event: PayoutStuckEvent) => unknown
   now?: () => DateTime
 }
 

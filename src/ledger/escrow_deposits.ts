@@ -20,8 +20,8 @@ export interface EscrowDepositsOptions {
   maxAttempts?: number
   /** Wait after the first failed confirmation; doubles after each one. */
   retryBackoffMs?: number
-  onConfirmed?: (event: EscrowEvent) => void | Promise<void>
-  onFailed?: (event: EscrowEvent) => void | Promise<void>
+  onConfirmed?: (event: EscrowEvent) => unknown
+  onFailed?: (event: EscrowEvent) => unknown
   now?: () => DateTime
 }
 
@@ -293,7 +293,7 @@ export class EscrowDeposits {
   async #announce(
     deposit: EscrowDeposit,
     state: 'confirmed' | 'confirm_failed',
-    fire: () => void | Promise<void>
+    fire: () => unknown
   ) {
     const key = `${state}:${deposit.id}`
     if (!this.#announced.has(key)) {

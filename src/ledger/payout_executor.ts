@@ -1,4 +1,5 @@
 import { isDeadlineError } from '../time_bounds.ts'
+import { channels, traced } from '../tracing/channels.ts'
 import { boundedTransaction } from '../database/deadline.ts'
 import { createHash, randomUUID } from 'node:crypto'
 import type { Database } from '@adonisjs/lucid/database'
@@ -123,9 +124,31 @@ export class PayoutExecutor {
    * service answers with the original payout. The same key with another body or another
    * owner is refused (E_PAYOUTS_IDEMPOTENCY_KEY_REUSED).
    */
-  async execute(
+  execute(
     input: ExecuteInput,
     options: { ownerId?: string | null; idempotencyKey?: string } = {}
+  ): Promise<ExecutedPayout> {
+    return traced(
+      channels.execute,
+      () => ({
+        keyOrigin: options.idempotencyKey === undefined ? ('plugin' as const) : ('app' as const),
+      }),
+      async (trace) => {
+        const executed = await this.#execute(input, options)
+        if (trace) {
+          trace.intentId = executed.intent.id
+          trace.payoutId = executed.payout.payoutUuid
+          trace.flow = executed.result.flow
+          trace.outcome = executed.intent.state
+        }
+        return executed
+      }
+    )
+  }
+
+  async #execute(
+    input: ExecuteInput,
+    options: { ownerId?: string | null; idempotencyKey?: string }
   ): Promise<ExecutedPayout> {
     // Refused before the intent exists: nothing is recorded that could be re-sent.
     const { flow } = validateExecuteInput(input)

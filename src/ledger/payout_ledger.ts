@@ -128,7 +128,9 @@ export class PayoutLedger {
   /**
    * `applyBatch` inside a caller's transaction (the inbox marks its rows processed in the
    * same one, the executor its intent). Its changes are told after that transaction's
-   * COMMIT, and not at all if it rolls back (see `notified`).
+   * COMMIT, and not at all if it rolls back (see `notified`). Lucid runs a savepoint's
+   * `after('commit')` when the savepoint is released: inside a nested transaction (a host
+   * test's global transaction) they are told then, before the outer COMMIT.
    */
   async applyBatchInTransaction(
     trx: TransactionClientContract,

@@ -3,6 +3,7 @@ import type { PayoutsConfig } from '../define_config.ts'
 import debug from '../debug.ts'
 import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
 import type { HostLockServices, JobLocks } from '../jobs/locks.ts'
+import { channels, traced } from '../tracing/channels.ts'
 import type { JobScheduler } from '../jobs/scheduler.ts'
 import type { PayoutsStream } from '../stream/payouts_stream.ts'
 import type { HeartbeatName, Heartbeats } from '../health/heartbeats.ts'
@@ -108,7 +109,11 @@ export class BackgroundWork {
       intervalMs,
       run: () => {
         debug('job %s starts', name)
-        return work()
+        return traced(
+          channels.jobRun,
+          () => ({ job: name }),
+          () => work()
+        )
       },
     })
     this.#scheduler = new JobScheduler({
@@ -159,9 +164,12 @@ export class BackgroundWork {
         warn: (obj, msg) => logger.warn(obj, msg),
       },
       onMessage: streamToInbox(inbox, onStored ? { kick: onStored } : processor),
-      onReconnect: async () => {
-        await catchUp()
-      },
+      onReconnect: () =>
+        traced(
+          channels.streamReconnect,
+          () => ({ type: 'reconnect' }),
+          async () => void (await catchUp())
+        ),
     })
     this.#stream.start()
     return this.#stream

@@ -1,6 +1,7 @@
 import type { Logger } from '@adonisjs/core/logger'
 import type { EmitterService, EventsList } from '@adonisjs/core/types'
 import { isDeadlineError, withDeadline } from '../time_bounds.ts'
+import { channels as tracing, traced } from '../tracing/channels.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import type { ChangeListener } from '../ledger/payout_outbox.ts'
 import { toChangedEvent, type PayoutChange } from '../ledger/vocabulary.ts'
@@ -74,9 +75,13 @@ export class PayoutsNotifier implements ChangeListener {
    * One app event, with its key. Its listeners' failure is logged and goes no further: the
    * work it reports is committed (neither undone nor repeated), and the events and broadcasts
    * after it are still attempted. AdonisJS's emitter starts every listener of the event, so a
-   * throwing one stops neither the others nor this event's later ones.
+   * throwing one stops neither the others nor this event's later ones. Resolves false when
+   * a listener failed or timed out.
    */
-  async emit<Name extends PayoutsEventName>(name: Name, payload: PayoutsEventPayload<Name>) {
+  async emit<Name extends PayoutsEventName>(
+    name: Name,
+    payload: PayoutsEventPayload<Name>
+  ): Promise<boolean> {
     const { emitter, logger, config } = this.#options
     const data = withEventKey(name, payload)
     try {
@@ -84,11 +89,13 @@ export class PayoutsNotifier implements ChangeListener {
       if (emitting) {
         await withDeadline(emitting, config.events.listenerTimeoutMs, `listeners of ${name}`)
       }
+      return true
     } catch (error) {
       logger.error(
         { err: error, event: name, eventKey: data.eventKey, timedOut: isDeadlineError(error) },
         'payouts listener failed'
       )
+      return false
     }
   }
 
@@ -97,11 +104,27 @@ export class PayoutsNotifier implements ChangeListener {
    * (the payout moved because the service had it), then the change's app events in order,
    * then its broadcasts.
    */
-  async onChange(change: PayoutChange, deposit: EscrowEvent | null) {
+  onChange(change: PayoutChange, deposit: EscrowEvent | null): Promise<void> {
     const event = toChangedEvent(change)
-    if (deposit) await this.emit('payouts:escrow_confirmed', deposit)
-    for (const name of changeEventNames(change)) await this.emit(name, event)
-    if (!this.#relayed) this.broadcast(event)
+    const names = changeEventNames(change)
+    return traced(
+      tracing.notify,
+      () => ({
+        payoutId: event.payoutId,
+        eventId: event.eventId,
+        events: names,
+        eventKeys: names.map((name) => withEventKey(name, event).eventKey),
+        status: event.status,
+        step: event.step,
+      }),
+      async (trace) => {
+        let failures = 0
+        if (deposit && !(await this.emit('payouts:escrow_confirmed', deposit))) failures++
+        for (const name of names) if (!(await this.emit(name, event))) failures++
+        if (!this.#relayed) this.broadcast(event)
+        if (trace) trace.listenerFailures = failures
+      }
+    )
   }
 
   /**

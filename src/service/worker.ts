@@ -45,7 +45,7 @@ export class PayoutsWorker {
   async start() {
     const { service, logger } = this.#options
     const { config } = service
-    // Nothing due yet, or the database unreachable: the worker fails here, not in its loop.
+    // The parts built now (no query): an app without a ledger fails here, not in its loop.
     await service.drainInbox({ maxBatches: 0 })
     if (config.jobs.enabled) await service.startJobs()
     // A stream message wakes the loop, which processes it in its next batch.

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import debug from '../debug.ts'
 import { parseJsonBytes } from '../schemas/events.ts'
+import { channels, traced } from '../tracing/channels.ts'
 import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
 import type { InboxStore } from '../webhooks/inbox_store.ts'
 import type { StreamMessageHandler } from './payouts_stream.ts'
@@ -22,15 +23,22 @@ export function streamToInbox(
         100
       )
     } catch {}
-    const digest = createHash('sha256').update(raw).digest('hex')
-    const outcome = await inbox.insert({
-      deliveryId: `ws_${digest}`,
-      eventType: type,
-      rawBody: raw,
-      signatureHeader: null,
-      source: 'websocket',
-    })
-    debug('stream message ws_%s (%s) %s', digest.slice(0, 12), type, outcome)
+    const deliveryId = `ws_${createHash('sha256').update(raw).digest('hex')}`
+    await traced(
+      channels.streamMessage,
+      () => ({ type, deliveryId }),
+      async (trace) => {
+        const outcome = await inbox.insert({
+          deliveryId,
+          eventType: type,
+          rawBody: raw,
+          signatureHeader: null,
+          source: 'websocket',
+        })
+        if (trace) trace.outcome = outcome
+        debug('stream message %s (%s) %s', deliveryId.slice(0, 15), type, outcome)
+      }
+    )
     processor.kick()
   }
 }

@@ -67,7 +67,7 @@ export interface InboxBatchContext {
 /** One committed change told to the app: `svc-payouts.notify`. */
 export interface NotifyContext {
   payoutId: string
-  eventId: number
+  eventId: string
   /** The app events fired, in order, with their keys. */
   events: string[]
   eventKeys: string[]
@@ -118,13 +118,19 @@ export const channels = {
 /**
  * Runs `work` inside `channel`'s trace when anybody listens, with the context `context()`
  * builds then (nothing is built otherwise); `work` gets the context (or undefined) to fill.
+ * The trace ends with no `result`: what the work returns (a payout, an intent with its key,
+ * a response body) never reaches a subscriber; a failure ends it with its `error`.
  */
-export function traced<Context extends object, T>(
+export async function traced<Context extends object, T>(
   channel: TracingChannel<Context>,
-  context: () => Context,
+  context: () => NoInfer<Context>,
   work: (context: Context | undefined) => Promise<T>
 ): Promise<T> {
   if (!channel.hasSubscribers) return work(undefined)
   const built = context()
-  return channel.tracePromise(() => work(built), built)
+  let value!: T
+  await channel.tracePromise(async () => {
+    value = await work(built)
+  }, built)
+  return value
 }

@@ -1,6 +1,7 @@
 import type { Logger } from '@adonisjs/core/logger'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { isDeadlineError, withDeadline } from '../time_bounds.ts'
+import { channels, traced } from '../tracing/channels.ts'
 import debug from '../debug.ts'
 import { eventEnvelopeSchema, parseJsonBytes, type EventEnvelope } from '../schemas/events.ts'
 import type { InboxRow, InboxStore, InboxVerdict } from './inbox_store.ts'
@@ -159,19 +160,34 @@ export class InboxProcessor {
       outcome = await store.processDueInTransaction(
         this.#options.now(),
         this.#options.batchSize,
-        async (trx, rows) => {
-          const verdicts: InboxVerdict[] = []
-          const parsed: Array<{ envelope: EventEnvelope; row: InboxRow; index: number }> = []
-          for (const [index, row] of rows.entries()) {
-            const envelope = this.#parseEnvelope(row)
-            if (envelope) parsed.push({ envelope, row, index })
-            else verdicts[index] = { state: 'dead', note: UNPARSABLE }
-          }
-          const handled = await applier.applyBatch!(trx, parsed)
-          parsed.forEach((item, position) => (verdicts[item.index] = handled.verdicts[position]))
-          notified = handled.notified
-          return verdicts
-        }
+        (trx, rows) =>
+          // Traced once rows are claimed: a poll that finds nothing makes no trace.
+          traced(
+            channels.inboxBatch,
+            () => ({
+              path: 'transaction' as const,
+              deliveryIds: rows.map((row) => row.deliveryId),
+            }),
+            async (trace) => {
+              const verdicts: InboxVerdict[] = []
+              const parsed: Array<{ envelope: EventEnvelope; row: InboxRow; index: number }> = []
+              for (const [index, row] of rows.entries()) {
+                const envelope = this.#parseEnvelope(row)
+                if (envelope) parsed.push({ envelope, row, index })
+                else verdicts[index] = { state: 'dead', note: UNPARSABLE }
+              }
+              const handled = await applier.applyBatch!(trx, parsed)
+              parsed.forEach(
+                (item, position) => (verdicts[item.index] = handled.verdicts[position])
+              )
+              notified = handled.notified
+              if (trace) {
+                trace.rows = rows.length
+                trace.dead = verdicts.filter((verdict) => verdict.state === 'dead').length
+              }
+              return verdicts
+            }
+          )
       )
     } catch (error) {
       // A stalled database fails the drain; row by row would only stall again.
@@ -205,6 +221,21 @@ export class InboxProcessor {
       store.claimDue(now(), this.#options.batchSize, leaseMs),
       'inbox claim'
     )
+    if (rows.length === 0) return 0
+    return traced(
+      channels.inboxBatch,
+      () => ({ path: 'row_by_row' as const, deliveryIds: rows.map((row) => row.deliveryId) }),
+      async (trace) => {
+        await this.#processLeased(rows)
+        if (trace) trace.rows = rows.length
+        return rows.length
+      }
+    )
+  }
+
+  /** The claimed rows one by one, their lease renewed every third of it meanwhile. */
+  async #processLeased(rows: InboxRow[]) {
+    const { store, leaseMs, now } = this.#options
     const waiting = new Set(rows)
     const renewal = setInterval(
       () =>
@@ -223,7 +254,6 @@ export class InboxProcessor {
     } finally {
       clearInterval(renewal)
     }
-    return rows.length
   }
 
   #step<T>(work: Promise<T>, what: string): Promise<T> {

@@ -1,6 +1,7 @@
 import type { HttpContext } from '@adonisjs/core/http'
 import type { Logger } from '@adonisjs/core/logger'
 import { isDeadlineError, withDeadline } from '../time_bounds.ts'
+import { channels, traced, type WebhookReceiveContext } from '../tracing/channels.ts'
 import debug from '../debug.ts'
 import { verifySignature } from '../signature/signature.ts'
 import { BodyTooLargeError, readRawBody } from './raw_body.ts'
@@ -42,7 +43,24 @@ const DELIVERY_ID = /^[\x21-\x7e]{1,255}$/
 export class WebhookReceiver {
   constructor(private options: WebhookReceiverOptions) {}
 
-  async handle(ctx: HttpContext) {
+  /** One delivery, traced on `svc-payouts.webhook.receive` when anybody listens. */
+  handle(ctx: HttpContext) {
+    const { request } = ctx
+    return traced(
+      channels.webhookReceive,
+      () => ({
+        eventType: request.header('svc-event-type')?.slice(0, 100) ?? null,
+        deliveryId: request.header('svc-delivery-id')?.slice(0, 255) ?? null,
+      }),
+      async (trace) => {
+        const answered = await this.#handle(ctx, trace)
+        if (trace) trace.status = ctx.response.getStatus()
+        return answered
+      }
+    )
+  }
+
+  async #handle(ctx: HttpContext, trace?: WebhookReceiveContext) {
     const startedAt = Date.now()
     const { logger, ackTimeoutMs } = this.options
     const { request, response } = ctx
@@ -50,29 +68,33 @@ export class WebhookReceiver {
     try {
       raw = await readRawBody(request.request, this.options.maxBodyBytes)
     } catch (error) {
+      if (trace) trace.outcome = 'rejected'
       if (error instanceof BodyTooLargeError) {
+        if (trace) trace.reason = 'body_too_large'
         logger.warn({ limit: error.limit }, 'payouts webhook rejected: body too large')
         return response.status(413).send({ error: 'payload too large' })
       }
+      if (trace) trace.reason = 'unreadable_body'
       logger.warn({ err: (error as Error).message }, 'payouts webhook rejected: unreadable body')
       return response.status(400).send({ error: 'invalid webhook' })
     }
 
     const deliveryId = request.header('svc-delivery-id')
     if (!deliveryId || !DELIVERY_ID.test(deliveryId)) {
-      return this.#reject(response, 'missing or malformed Svc-Delivery-Id')
+      return this.#reject(response, 'malformed_delivery_id', undefined, trace)
     }
     debug('webhook %s received (%d bytes)', deliveryId, raw.length)
     const remaining = ackTimeoutMs - (Date.now() - startedAt)
     let outcome: 'stored' | 'duplicate' | 'rejected'
     try {
       outcome = await withDeadline(
-        this.#verifyAndStore(ctx, raw, deliveryId),
+        this.#verifyAndStore(ctx, raw, deliveryId, trace),
         Math.max(1, remaining),
         'webhook acknowledgement'
       )
     } catch (error) {
       // Not known to be stored: answer 5xx so the service delivers it again.
+      if (trace) trace.outcome = 'unavailable'
       logger.error(
         { deliveryId, err: (error as Error).message, timedOut: isDeadlineError(error) },
         'payouts webhook not stored'
@@ -80,6 +102,7 @@ export class WebhookReceiver {
       return response.status(503).send({ error: 'temporarily unavailable' })
     }
     debug('webhook %s %s', deliveryId, outcome)
+    if (trace) trace.outcome = outcome
     if (outcome === 'rejected') return
     if (outcome === 'duplicate') {
       return response.status(200).send({ received: true, duplicate: true })
@@ -92,7 +115,8 @@ export class WebhookReceiver {
   async #verifyAndStore(
     { request, response }: HttpContext,
     raw: Buffer,
-    deliveryId: string
+    deliveryId: string,
+    trace?: WebhookReceiveContext
   ): Promise<'stored' | 'duplicate' | 'rejected'> {
     const { logger } = this.options
     const verify = (secrets: string[]) =>
@@ -114,11 +138,12 @@ export class WebhookReceiver {
     }
     if (secrets.length === 0) {
       logger.error('payouts webhook rejected: no signing secret is configured')
+      if (trace) trace.reason = 'no_secret_configured'
       response.status(400).send({ error: 'invalid webhook' })
       return 'rejected'
     }
     if (!verdict.ok) {
-      this.#reject(response, verdict.reason, deliveryId)
+      this.#reject(response, verdict.reason, deliveryId, trace)
       return 'rejected'
     }
     const eventType = (request.header('svc-event-type') ?? 'unknown').slice(0, 100)
@@ -131,7 +156,16 @@ export class WebhookReceiver {
     })
   }
 
-  #reject(response: HttpContext['response'], reason: string, deliveryId?: string) {
+  #reject(
+    response: HttpContext['response'],
+    reason: string,
+    deliveryId?: string,
+    trace?: WebhookReceiveContext
+  ) {
+    if (trace) {
+      trace.outcome = 'rejected'
+      trace.reason = reason
+    }
     this.options.logger.warn({ reason, deliveryId }, 'payouts webhook rejected')
     return response.status(400).send({ error: 'invalid webhook' })
   }
