@@ -48,9 +48,12 @@ export class EndpointCaller {
   /** Sends one request of the endpoint; returns the status and the JSON body of a 2xx. */
   send(name: EndpointName, input: CallInput = {}): Promise<RawResponse> {
     const endpoint: EndpointSpec = ENDPOINTS[name]
+    const route = this.paths[endpoint.pathName as PathName]
     return this.transport.send({
+      endpoint: name,
       method: endpoint.method,
-      path: fillPath(this.paths[endpoint.pathName as PathName], input.id),
+      route,
+      path: fillPath(route, input.id),
       query: input.query,
       body: input.body,
       auth: endpoint.scope !== null,

@@ -7,6 +7,7 @@ import type { ExecuteResult } from '../schemas/resources.ts'
 import { environmentOfKey, type PayoutsEnvironment } from './api_key.ts'
 import { EndpointCaller } from './endpoint_caller.ts'
 import { PayoutsValidationError } from './errors.ts'
+import { ClientHooks, type ClientHookListener, type ClientHookName } from './hooks.ts'
 import { RateLimiter, type BucketSpec, type RateFamily } from './rate_limiter.ts'
 import { quotesResource, type QuotesResource } from './resources/quotes.ts'
 import { recipientsResource, type RecipientsResource } from './resources/recipients.ts'
@@ -75,6 +76,7 @@ export class PayoutsClient {
   readonly webhooks: WebhooksResource
   #transport: Transport
   #endpoints: EndpointCaller
+  #hooks: ClientHooks
 
   constructor(options: PayoutsClientOptions) {
     this.environment = environmentOfKey(options.apiKey, options.environment)
@@ -86,6 +88,7 @@ export class PayoutsClient {
       options.rateLimiter === false
         ? null
         : new RateLimiter(typeof options.rateLimiter === 'object' ? options.rateLimiter : {})
+    this.#hooks = new ClientHooks(options.logger)
     this.#transport = new Transport(options.apiKey, {
       baseUrl: options.baseUrl,
       timeoutMs: options.timeoutMs ?? 30_000,
@@ -103,6 +106,7 @@ export class PayoutsClient {
       random: options.random ?? Math.random,
       now: options.now ?? Date.now,
       dispatcher: options.dispatcher,
+      hooks: this.#hooks,
     })
     const paths: Record<PathName, string> = { ...DEFAULT_PATHS, ...options.paths }
     this.#endpoints = new EndpointCaller(this.#transport, paths)
@@ -112,6 +116,25 @@ export class PayoutsClient {
       this.#endpoints,
       options.allowInsecureLoopbackWebhooks ?? false
     )
+  }
+
+  /**
+   * Listens to every attempt of every call: `request` before it is sent, `response` after its
+   * answer or failure (`willRetry` says whether another attempt follows). The events carry the
+   * endpoint, the method, the path template (`/payouts/{id}`, never the id), the attempt and,
+   * for `response`, the status (0 without an answer), the duration, the error code and the
+   * wait asked for; never the key, a header, the Idempotency-Key value or a body. Listeners run
+   * synchronously; one that throws is logged at warn (without its error) and ignored.
+   */
+  on<Name extends ClientHookName>(name: Name, listener: ClientHookListener<Name>): this {
+    this.#hooks.on(name, listener)
+    return this
+  }
+
+  /** Removes a listener added with `on`. */
+  off<Name extends ClientHookName>(name: Name, listener: ClientHookListener<Name>): this {
+    this.#hooks.off(name, listener)
+    return this
   }
 
   /** The last X-RateLimit-* headers seen, or null before the first answer. */

@@ -1,5 +1,7 @@
 import { Agent, request as undiciRequest, type Dispatcher } from 'undici'
+import type { EndpointName } from '../contract/endpoints.ts'
 import { errorBodySchema } from '../schemas/resources.ts'
+import { channels, traced, type ClientRequestContext } from '../tracing/channels.ts'
 import {
   errorFromResponse,
   PayoutsAbortedError,
@@ -8,6 +10,7 @@ import {
   PayoutsTimeoutError,
   RateLimitedError,
 } from './errors.ts'
+import type { ClientHooks, ClientResponseEvent } from './hooks.ts'
 import { ServiceLimits, type RateFamily, type RateLimiter } from './rate_limiter.ts'
 import { integerHeader, parseRetryAfter } from './response_headers.ts'
 
@@ -53,11 +56,18 @@ export interface TransportOptions {
   /** Epoch milliseconds: the clock waits are measured on. */
   now: () => number
   dispatcher?: Dispatcher
+  /** The client's `request` / `response` listeners. */
+  hooks?: ClientHooks
 }
 
 /** One request, with what decides its retries. */
 export interface RequestSpec {
+  /** The contract's endpoint name, for hooks and traces. */
+  endpoint: EndpointName
   method: 'GET' | 'POST' | 'PATCH' | 'DELETE'
+  /** The path template (`/payouts/{id}`): what hooks and traces show instead of `path`. */
+  route: string
+  /** The path sent, its id filled in. */
   path: string
   query?: Record<string, string | number | undefined>
   body?: unknown
@@ -127,15 +137,32 @@ export class Transport {
       new Agent({ keepAliveTimeout: 10_000, keepAliveMaxTimeout: 60_000, connections: 64 })
   }
 
-  /** Sends the request, retrying as the rules allow; throws the last error otherwise. */
+  /**
+   * Sends the request, retrying as the rules allow; throws the last error otherwise. The whole
+   * call, all its attempts, is one `svc-payouts.client.request` trace when anybody subscribes.
+   */
   async send(spec: RequestSpec): Promise<RawResponse> {
-    const { retry } = this.options
+    let response: RawResponse | undefined
+    // The trace's work resolves to nothing: tracePromise puts what it resolves to on the
+    // context as `result`, and the answer's body never goes there.
+    await traced(
+      channels.clientRequest,
+      () => ({ endpoint: spec.endpoint, method: spec.method, route: spec.route, attempts: 0 }),
+      async (trace) => {
+        response = await this.#send(spec, trace)
+      }
+    )
+    return response!
+  }
+
+  async #send(spec: RequestSpec, trace: ClientRequestContext | undefined): Promise<RawResponse> {
+    const { retry, hooks } = this.options
     let lastError: PayoutsApiError | undefined
     // Whether any attempt so far may have reached the service: a later attempt that surely
     // did not (a refused connection) says nothing about the earlier one.
     let mayHaveReached = false
-    for (let attempt = 0; attempt <= retry.maxRetries; attempt++) {
-      const held = this.#limits.waitFor(spec.family)
+    let held = this.#limits.waitFor(spec.family)
+    for (let attempt = 0; ; attempt++) {
       if (held > retry.maxRetryAfterMs)
         throw this.#heldTooLong(spec, held, lastError, mayHaveReached)
       const backoff = lastError ? this.#waitBefore(lastError, attempt - 1) : 0
@@ -162,11 +189,41 @@ export class Transport {
         }
       }
       if (this.options.limiter) await this.options.limiter.acquire(spec.family)
+      if (trace) {
+        trace.attempts = attempt + 1
+        if (lastError) trace.retryReason = retryReason(lastError)
+      }
+      if (hooks?.has('request')) {
+        hooks.emit('request', {
+          endpoint: spec.endpoint,
+          method: spec.method,
+          route: spec.route,
+          attempt: attempt + 1,
+          idempotent: spec.safeToRepeat,
+        })
+      }
+      const startedAt = performance.now()
       const outcome = await this.#attempt(spec)
-      if (!(outcome instanceof PayoutsApiError)) return outcome
-      lastError = outcome
-      mayHaveReached ||= outcome.outcomeUnknown
-      if (!this.#retryable(outcome, spec)) break
+      const failed = outcome instanceof PayoutsApiError
+      let again = false
+      if (failed) {
+        lastError = outcome
+        mayHaveReached ||= outcome.outcomeUnknown
+        again = attempt < retry.maxRetries && this.#retryable(outcome, spec)
+        // The next attempt's hold, read now so willRetry knows whether it is too long.
+        if (again) held = this.#limits.waitFor(spec.family)
+      }
+      if (trace) {
+        trace.status = outcome.status
+        // The service's spec names no request id header.
+        trace.requestId = null
+      }
+      if (hooks?.has('response')) {
+        const willRetry = again && held <= retry.maxRetryAfterMs
+        hooks.emit('response', responseEvent(spec, attempt + 1, outcome, startedAt, willRetry))
+      }
+      if (!failed) return outcome
+      if (!again) break
     }
     throw withEarlierOutcome(lastError!, mayHaveReached)
   }
@@ -363,6 +420,38 @@ export class Transport {
   async close() {
     if (this.#ownsAgent) await this.#agent.close()
   }
+}
+
+/** The `response` hook's event of one attempt: no path, header or body in it. */
+function responseEvent(
+  spec: RequestSpec,
+  attempt: number,
+  outcome: RawResponse | PayoutsApiError,
+  startedAt: number,
+  willRetry: boolean
+): ClientResponseEvent {
+  const event: ClientResponseEvent = {
+    endpoint: spec.endpoint,
+    method: spec.method,
+    route: spec.route,
+    attempt,
+    status: outcome.status,
+    durationMs: performance.now() - startedAt,
+    requestId: null,
+    willRetry,
+  }
+  if (outcome instanceof PayoutsApiError) {
+    event.code = outcome.code
+    if (outcome.retryAfterMs !== null) event.retryAfterMs = outcome.retryAfterMs
+  }
+  return event
+}
+
+/** Why a retry is made, for traces: the status, or `network` / `timeout` when none came. */
+function retryReason(error: PayoutsApiError): string {
+  if (error instanceof PayoutsTimeoutError) return 'timeout'
+  if (error.status === 0) return 'network'
+  return String(error.status)
 }
 
 /** 429 and 409 IDEMPOTENCY_REQUEST_IN_FLIGHT wait what the service says. */
