@@ -56,6 +56,14 @@ export function boundedTransaction<T>(
   { timeoutMs: ms, what, writes }: TransactionBound,
   work: (trx: TransactionClientContract) => Promise<T>
 ): Promise<T> {
+  // Already inside a transaction (a host test's global transaction): a savepoint of it, which
+  // takes no options and no connection of its own, and is bounded by its outer one.
+  if (client.isTransaction) {
+    return client.transaction(async (trx) => {
+      if (!locksRows(trx)) await beginWriting(trx, writes)
+      return work(trx)
+    })
+  }
   const options = transactionOptions(client)
   if (!locksRows(client)) {
     return client.transaction(async (trx) => {
