@@ -1,5 +1,5 @@
 import type { EndpointName } from '../contract/endpoints.ts'
-import type { ClientLogger } from './transport.ts'
+import type { ClientLogger } from './types.ts'
 
 /**
  * `request`: one attempt of a call is about to be sent (a retry is another attempt). Nothing

@@ -1,5 +1,4 @@
 import { Agent, request as undiciRequest, type Dispatcher } from 'undici'
-import type { EndpointName } from '../contract/endpoints.ts'
 import { errorBodySchema } from '../schemas/resources.ts'
 import { channels, traced, type ClientRequestContext } from '../tracing/channels.ts'
 import {
@@ -10,86 +9,24 @@ import {
   PayoutsTimeoutError,
   RateLimitedError,
 } from './errors.ts'
-import type { ClientHooks, ClientResponseEvent } from './hooks.ts'
-import { ServiceLimits, type RateFamily, type RateLimiter } from './rate_limiter.ts'
+import { responseEvent, retryReason } from './attempt_report.ts'
+import { ServiceLimits, type RateFamily } from './rate_limiter.ts'
 import { integerHeader, parseRetryAfter } from './response_headers.ts'
+import type {
+  RateLimitState,
+  RawResponse,
+  RequestSpec,
+  TransportOptions,
+} from './transport_types.ts'
 
-/** When and how often a failed request is sent again. */
-export interface RetryOptions {
-  /** Retries after the first attempt (spec: give up after the 5th retry). */
-  maxRetries: number
-  /** First backoff; doubles per retry (spec: 1, 2, 4, 8, 16 s). */
-  baseDelayMs: number
-  /** Relative jitter (spec: ±20%). */
-  jitter: number
-  /**
-   * The longest wait the service may ask for (Retry-After, or an exhausted family's
-   * X-RateLimit-Reset). A longer one is never shortened: the call ends in a
-   * RateLimitedError (or the 409 in-flight error) carrying `retryAfterMs`.
-   */
-  maxRetryAfterMs: number
-}
-
-/** Where the client logs its requests and retries (AdonisJS's logger fits). */
-export interface ClientLogger {
-  debug(obj: object, msg?: string): void
-  warn(obj: object, msg?: string): void
-}
-
-/** Last X-RateLimit-* values the service sent. */
-export interface RateLimitState {
-  limit: number
-  remaining: number
-  reset: number
-}
-
-/** Settings of a `Transport`, filled from the client's options. */
-export interface TransportOptions {
-  baseUrl: string
-  timeoutMs: number
-  retry: RetryOptions
-  userAgent: string
-  limiter: RateLimiter | null
-  logger?: ClientLogger
-  sleep: (ms: number) => Promise<void>
-  random: () => number
-  /** Epoch milliseconds: the clock waits are measured on. */
-  now: () => number
-  dispatcher?: Dispatcher
-  /** The client's `request` / `response` listeners. */
-  hooks?: ClientHooks
-}
-
-/** One request, with what decides its retries. */
-export interface RequestSpec {
-  /** The contract's endpoint name, for hooks and traces. */
-  endpoint: EndpointName
-  method: 'GET' | 'POST' | 'PATCH' | 'DELETE'
-  /** The path template (`/payouts/{id}`): what hooks and traces show instead of `path`. */
-  route: string
-  /** The path sent, its id filled in. */
-  path: string
-  query?: Record<string, string | number | undefined>
-  body?: unknown
-  /** False for the public coverage endpoint. */
-  auth?: boolean
-  idempotencyKey?: string
-  /**
-   * True when repeating the request cannot do the work twice (reads, POSTs carrying an
-   * Idempotency-Key). Otherwise it is retried only when it surely never reached the server.
-   */
-  safeToRepeat: boolean
-  family: RateFamily
-  signal?: AbortSignal
-  /** Confirm-escrow-deposit: its errors have their own shape and a 500 is final. */
-  escrowConfirm?: boolean
-}
-
-/** A 2xx answer: its status and its parsed JSON body. */
-export interface RawResponse {
-  status: number
-  body: unknown
-}
+export type { ClientLogger } from './types.ts'
+export type {
+  RateLimitState,
+  RawResponse,
+  RequestSpec,
+  RetryOptions,
+  TransportOptions,
+} from './transport_types.ts'
 
 /** From this timeout on, undici's coarse timers (±1 s) are precise enough. */
 export const COARSE_TIMER_MIN_MS = 5000
@@ -420,38 +357,6 @@ export class Transport {
   async close() {
     if (this.#ownsAgent) await this.#agent.close()
   }
-}
-
-/** The `response` hook's event of one attempt: no path, header or body in it. */
-function responseEvent(
-  spec: RequestSpec,
-  attempt: number,
-  outcome: RawResponse | PayoutsApiError,
-  startedAt: number,
-  willRetry: boolean
-): ClientResponseEvent {
-  const event: ClientResponseEvent = {
-    endpoint: spec.endpoint,
-    method: spec.method,
-    route: spec.route,
-    attempt,
-    status: outcome.status,
-    durationMs: performance.now() - startedAt,
-    requestId: null,
-    willRetry,
-  }
-  if (outcome instanceof PayoutsApiError) {
-    event.code = outcome.code
-    if (outcome.retryAfterMs !== null) event.retryAfterMs = outcome.retryAfterMs
-  }
-  return event
-}
-
-/** Why a retry is made, for traces: the status, or `network` / `timeout` when none came. */
-function retryReason(error: PayoutsApiError): string {
-  if (error instanceof PayoutsTimeoutError) return 'timeout'
-  if (error.status === 0) return 'network'
-  return String(error.status)
 }
 
 /** 429 and 409 IDEMPOTENCY_REQUEST_IN_FLIGHT wait what the service says. */

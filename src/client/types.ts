@@ -21,3 +21,9 @@ export type ExecuteInput = ExecuteBody & { flow?: ExecuteFlow } & Record<string,
 export type BatchRow =
   | { index: number; success: true; data: Record<string, unknown> }
   | { index: number; success: false; error: { code?: string; error?: string } }
+
+/** Where the client logs its requests and retries (AdonisJS's logger fits). */
+export interface ClientLogger {
+  debug(obj: object, msg?: string): void
+  warn(obj: object, msg?: string): void
+}
