@@ -14,7 +14,7 @@ import type {
   PayoutsHealthReport,
   ReachabilityLine,
   Verdict,
-} from '../health/types.ts'
+} from './types.ts'
 import { expectedBeats, MISSED_INTERVALS, readBeats, type HeartbeatName } from './heartbeats.ts'
 
 type Threshold = { warning: number | null; error: number | null }

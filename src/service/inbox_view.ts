@@ -2,6 +2,7 @@ import type { Database } from '@adonisjs/lucid/database'
 import { fromDbDate } from '../database/dates.ts'
 import { tableNames } from '../database/schema.ts'
 import type { PayoutsConfig } from '../define_config.ts'
+import type { InboxStore } from '../webhooks/inbox_store.ts'
 
 /** One stored delivery as an operator sees it (`payouts:deliveries`). */
 export interface InboxDeliveryView {
@@ -43,4 +44,36 @@ export async function listInboxDeliveries(
     lastError: row.last_error ?? null,
     receivedAt: fromDbDate(client, row.received_at)!.toISO()!,
   }))
+}
+
+/** What `payouts:replay` selects: ids, a state, a time range (ISO), processed ones with `force`. */
+export interface ReplayFilter {
+  ids?: string[]
+  state?: 'failed' | 'dead' | 'processed' | 'pending'
+  since?: string
+  until?: string
+  force?: boolean
+}
+
+/**
+ * Requeues the stored deliveries `filter` selects, processes the inbox (`drain`), and says
+ * how many were requeued, processed, and are still failing.
+ */
+export async function replayDeliveries(
+  inbox: Pick<InboxStore, 'requeue' | 'statesOf'>,
+  drain: () => Promise<number>,
+  filter: ReplayFilter
+) {
+  const ids = await inbox.requeue({
+    ...filter,
+    since: filter.since ? new Date(filter.since) : undefined,
+    until: filter.until ? new Date(filter.until) : undefined,
+  })
+  const processed = await drain()
+  const states = await inbox.statesOf(ids)
+  return {
+    requeued: ids.length,
+    processed,
+    failing: states.filter((state) => state === 'failed' || state === 'dead').length,
+  }
 }

@@ -10,6 +10,7 @@ import { E_PAYOUTS_FEATURE_DISABLED } from '../errors.ts'
 import type { HeartbeatName } from '../health/heartbeats.ts'
 import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
 import type { IntentState } from '../models/execution_intent.ts'
+import type { ReplayFilter } from './inbox_view.ts'
 import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
 import type { PayoutsFake, PayoutsFakeOptions } from '../testing/payouts_fake.ts'
 import type { SecretStore } from '../webhooks/secret_store.ts'
@@ -303,26 +304,10 @@ export class PayoutsService {
   }
 
   /** Requeues stored deliveries and processes them now (see `payouts:replay`). */
-  async replayInbox(filter: {
-    ids?: string[]
-    state?: 'failed' | 'dead' | 'processed' | 'pending'
-    since?: string
-    until?: string
-    force?: boolean
-  }) {
+  async replayInbox(filter: ReplayFilter) {
     const { inbox } = await this.#partsOf()
-    const ids = await inbox.requeue({
-      ...filter,
-      since: filter.since ? new Date(filter.since) : undefined,
-      until: filter.until ? new Date(filter.until) : undefined,
-    })
-    const processed = await this.drainInbox()
-    const states = await inbox.statesOf(ids)
-    return {
-      requeued: ids.length,
-      processed,
-      failing: states.filter((state) => state === 'failed' || state === 'dead').length,
-    }
+    const { replayDeliveries } = await import('./inbox_view.ts')
+    return replayDeliveries(inbox, () => this.drainInbox(), filter)
   }
 
   /**
