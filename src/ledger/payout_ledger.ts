@@ -1,3 +1,4 @@
+import { AsyncResource } from 'node:async_hooks'
 import type { Logger } from '@adonisjs/core/logger'
 import type { Database } from '@adonisjs/lucid/database'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
@@ -151,7 +152,12 @@ export class PayoutLedger {
       return Promise.resolve()
     }
     return new Promise<void>((resolve) => {
-      trx.after('commit', () => resolve(this.#tell(batch)))
+      // Bound to where it was registered (the apply, inside its caller's trace): the changes
+      // are told in that context, not in whatever context the COMMIT ends in.
+      trx.after(
+        'commit',
+        AsyncResource.bind(() => resolve(this.#tell(batch)))
+      )
       trx.after('rollback', () => resolve())
     })
   }

@@ -116,6 +116,7 @@ export class PayoutsNotifier implements ChangeListener {
         eventKeys: names.map((name) => withEventKey(name, event).eventKey),
         status: event.status,
         step: event.step,
+        previousStatus: change.previous?.status ?? null,
       }),
       async (trace) => {
         let failures = 0

@@ -57,9 +57,10 @@ export interface WebhookReceiveContext {
 export interface InboxBatchContext {
   /** `transaction` (one transaction for the lot) or `row_by_row` (under a lease). */
   path: 'transaction' | 'row_by_row'
-  /** Rows handled, dead-lettered among them. */
+  /** Rows handled; among them, dead-lettered, and failed (retried after a backoff). */
   rows?: number
   dead?: number
+  failed?: number
   /** The delivery ids of the rows (webhook ids, or `ws_<hash>` for stream messages). */
   deliveryIds?: string[]
 }
@@ -73,6 +74,8 @@ export interface NotifyContext {
   eventKeys: string[]
   status: string
   step: string | null
+  /** The payout's status before the change (null: first seen with it). */
+  previousStatus: string | null
   /** Listeners that failed or timed out. */
   listenerFailures?: number
 }

@@ -8,6 +8,8 @@ import type { InboxRow, InboxStore, InboxVerdict } from './inbox_store.ts'
 import { PermanentEventError } from './event_mapper.ts'
 
 const UNPARSABLE = 'unparsable event body'
+/** How one leased row ended: applied, dead-lettered, failed (retried later), taken by another. */
+type RowOutcome = 'applied' | 'dead' | 'failed' | 'taken'
 /** What the one-transaction path returns when the batch must go row by row instead. */
 const GO_ROW_BY_ROW = Symbol('go row by row')
 
@@ -226,15 +228,20 @@ export class InboxProcessor {
       channels.inboxBatch,
       () => ({ path: 'row_by_row' as const, deliveryIds: rows.map((row) => row.deliveryId) }),
       async (trace) => {
-        await this.#processLeased(rows)
-        if (trace) trace.rows = rows.length
+        const outcomes = await this.#processLeased(rows)
+        if (trace) {
+          trace.rows = rows.length
+          trace.dead = outcomes.filter((outcome) => outcome === 'dead').length
+          trace.failed = outcomes.filter((outcome) => outcome === 'failed').length
+        }
         return rows.length
       }
     )
   }
 
   /** The claimed rows one by one, their lease renewed every third of it meanwhile. */
-  async #processLeased(rows: InboxRow[]) {
+  async #processLeased(rows: InboxRow[]): Promise<RowOutcome[]> {
+    const outcomes: RowOutcome[] = []
     const { store, leaseMs, now } = this.#options
     const waiting = new Set(rows)
     const renewal = setInterval(
@@ -248,12 +255,13 @@ export class InboxProcessor {
     try {
       for (const row of rows) {
         const envelope = await this.#parse(row)
-        if (envelope) await this.#process(envelope, row)
+        outcomes.push(envelope ? await this.#process(envelope, row) : 'dead')
         waiting.delete(row)
       }
     } finally {
       clearInterval(renewal)
     }
+    return outcomes
   }
 
   #step<T>(work: Promise<T>, what: string): Promise<T> {
@@ -285,7 +293,7 @@ export class InboxProcessor {
    * Applies one claimed row in the transaction that marks it, then waits for its changes to
    * be told after COMMIT; a failure is recorded with its backoff (or as a dead letter).
    */
-  async #process(envelope: EventEnvelope, row: InboxRow): Promise<void> {
+  async #process(envelope: EventEnvelope, row: InboxRow): Promise<RowOutcome> {
     const { store, logger, applier } = this.#options
     let notified: Promise<void> | undefined
     try {
@@ -300,7 +308,7 @@ export class InboxProcessor {
       )
       if (!done) {
         debug('inbox: delivery %s was taken by another process', row.deliveryId)
-        return
+        return 'taken'
       }
       notified = done.value
       debug('inbox: delivery %s processed', row.deliveryId)
@@ -317,9 +325,10 @@ export class InboxProcessor {
         'payouts inbox: event processing failed'
       )
       await this.#step(store.markFailed(row.id, message, retryAt, row), 'inbox mark')
-      return
+      return retryAt === null ? 'dead' : 'failed'
     }
     // Told after the COMMIT (never rejects: a listener that fails leaves its change to renotify).
     await notified
+    return 'applied'
   }
 }

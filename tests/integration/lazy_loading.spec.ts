@@ -22,12 +22,14 @@ const HEAVY = [
   /\/node_modules\/undici\//,
   /\/node_modules\/zod\//,
   /\/node_modules\/ws\//,
+  /\/node_modules\/@opentelemetry\//,
   ...[
     'src/contract/endpoints.ts',
     'src/client/(?!errors\\.ts$|redact\\.ts$)',
     'src/emulator/',
     'src/models/',
     'src/service/wiring.ts',
+    'src/otel/',
   ].map((path) => new RegExp(`^${file('').replaceAll('.', '\\.')}${path}`)),
 ]
 
