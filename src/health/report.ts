@@ -15,6 +15,7 @@ import type {
   ReachabilityLine,
   Verdict,
 } from './types.ts'
+import { readInboxBacklog } from '../webhooks/inbox_backlog.ts'
 import { expectedBeats, MISSED_INTERVALS, readBeats, type HeartbeatName } from './heartbeats.ts'
 
 type Threshold = { warning: number | null; error: number | null }
@@ -133,15 +134,15 @@ async function ledgerLines(
     const row = await bounded(query.count('* as total')).first()
     return Number(row?.total ?? 0)
   }
-  const unprocessed = (q: any) => q.whereIn('state', ['pending', 'processing', 'failed'])
   const lastRow = await bounded(client.from(t.webhookDeliveries).max('received_at as at')).first()
-  const oldestRow = await bounded(
-    unprocessed(client.from(t.webhookDeliveries)).min('received_at as at')
-  ).first()
   const last = fromDbDate(client, lastRow?.at)?.toJSDate() ?? null
-  const oldest = fromDbDate(client, oldestRow?.at)?.toJSDate() ?? null
+  const { rows: backlog, oldestAgeMs: oldestMs } = await readInboxBacklog(
+    client,
+    t.webhookDeliveries,
+    now,
+    bounded
+  )
   const stuckBefore = dbDate(client, new Date(now - config.jobs.stuckAfterMs))
-  const backlog = await count(t.webhookDeliveries, unprocessed)
   const dead = await count(t.webhookDeliveries, (q) => q.where('state', 'dead'))
   const unknown = await count(t.executionIntents, (q) =>
     q.whereIn('state', ['unknown', 'needs_attention'])
@@ -152,7 +153,6 @@ async function ledgerLines(
   )
   if (gate.expired) throw new Error('the health report was given up')
   const beats = await readBeats(client, t.heartbeats, h.timeoutMs)
-  const oldestMs = oldest ? Math.max(0, now - oldest.getTime()) : null
   const sinceLastMs = last ? Math.max(0, now - last.getTime()) : null
   const lines: Omit<HealthLines, 'reachability' | 'database'> = {
     inboxBacklog: line(backlog, h.inboxBacklog, `${backlog} inbox rows not processed`),

@@ -13,7 +13,9 @@ import {
 import { InstrumentationBase, type InstrumentationConfig } from '@opentelemetry/instrumentation'
 import { PACKAGE_VERSION } from '../client/version.ts'
 import {
+  backlogChannel,
   CHANNEL_NAMES,
+  type InboxBacklogSample,
   type ClientRequestContext,
   type ExecuteContext,
   type InboxBatchContext,
@@ -348,6 +350,10 @@ export class PayoutsInstrumentation extends InstrumentationBase {
         this._diag.error(`handling a trace of ${channel} failed`, errorType(error)),
     }
     const stops = SHAPES.map((shape) => watch(shape, owner))
+    const sampled = (sample: unknown) =>
+      this.instruments?.backlogSampled(sample as InboxBacklogSample)
+    backlogChannel.subscribe(sampled)
+    stops.push(() => backlogChannel.unsubscribe(sampled))
     this.unsubscribe = () => stops.forEach((stop) => stop())
   }
 

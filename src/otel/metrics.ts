@@ -7,6 +7,7 @@ import {
 } from '@opentelemetry/api'
 import { PACKAGE_VERSION } from '../client/version.ts'
 import type {
+  InboxBacklogSample,
   ClientRequestContext,
   ExecuteContext,
   InboxBatchContext,
@@ -118,8 +119,27 @@ export class PayoutsMetrics {
   readonly clientRetries: Counter
   readonly jobRuns: Counter
   readonly jobDuration: Histogram
+  /** The last backlog sample a process published (`svc-payouts.inbox.backlog`). */
+  #backlog: InboxBacklogSample | null = null
 
   constructor(meter: Meter = metrics.getMeter(SCOPE_NAME, PACKAGE_VERSION)) {
+    // Observed from the last sample: none until a process that processes the inbox read one.
+    meter
+      .createObservableGauge('payouts.inbox.backlog', {
+        unit: '{delivery}',
+        description: 'Stored deliveries not processed yet (sampled at most every 15 s).',
+      })
+      .addCallback((result) => {
+        if (this.#backlog) result.observe(this.#backlog.rows)
+      })
+    meter
+      .createObservableGauge('payouts.inbox.oldest_age', {
+        unit: 's',
+        description: 'Age of the oldest stored delivery not processed yet (0 when none waits).',
+      })
+      .addCallback((result) => {
+        if (this.#backlog) result.observe((this.#backlog.oldestAgeMs ?? 0) / 1000)
+      })
     this.webhookDeliveries = meter.createCounter('payouts.webhook.deliveries', {
       unit: '{delivery}',
       description:
@@ -230,6 +250,11 @@ export class PayoutsMetrics {
       1,
       defined({ 'error.type': ending.failed ? errorType(ending.error) : undefined })
     )
+  }
+
+  /** A backlog sample: the gauges report it until the next one. */
+  backlogSampled(sample: InboxBacklogSample) {
+    this.#backlog = sample
   }
 
   inboxBatch(context: InboxBatchContext, _ending: Ending) {

@@ -3,7 +3,10 @@ import type { PayoutsConfig } from '../define_config.ts'
 import debug from '../debug.ts'
 import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
 import type { HostLockServices, JobLocks } from '../jobs/locks.ts'
-import { channels, traced } from '../tracing/channels.ts'
+import { backlogChannel, channels, traced } from '../tracing/channels.ts'
+
+/** How often the backlog is read while someone listens. */
+const BACKLOG_SAMPLE_MS = 15_000
 import type { JobScheduler } from '../jobs/scheduler.ts'
 import type { PayoutsStream } from '../stream/payouts_stream.ts'
 import type { HeartbeatName, Heartbeats } from '../health/heartbeats.ts'
@@ -35,6 +38,7 @@ export class BackgroundWork {
   #scheduler?: JobScheduler
   #jobLocks?: JobLocks
   #heartbeats?: Promise<Heartbeats>
+  #sampledAt = 0
 
   constructor(options: BackgroundWorkOptions) {
     this.#options = options
@@ -59,6 +63,31 @@ export class BackgroundWork {
     }
   }
 
+  /**
+   * Publishes the inbox's backlog on `svc-payouts.inbox.backlog` while someone listens (the
+   * OpenTelemetry gauges), at most every 15 s; reads nothing otherwise. Never rejects.
+   */
+  async sampleBacklog(): Promise<void> {
+    if (!backlogChannel.hasSubscribers || Date.now() - this.#sampledAt < BACKLOG_SAMPLE_MS) return
+    this.#sampledAt = Date.now()
+    const { config, logger, parts } = this.#options
+    try {
+      const [{ db }, { readBacklogNow }, { tableNames }] = await Promise.all([
+        parts(),
+        import('../webhooks/inbox_backlog.ts'),
+        import('../database/schema.ts'),
+      ])
+      const sample = await readBacklogNow({
+        client: () => db.connection(config.ledger.connection),
+        table: tableNames(config.ledger.tablePrefix).webhookDeliveries,
+        timeoutMs: config.health.timeoutMs,
+      })
+      backlogChannel.publish(sample)
+    } catch (error) {
+      logger.debug({ err: error }, 'payouts inbox backlog not read')
+    }
+  }
+
   /** Waits for `work`, then records its beat: a run that threw records none. */
   async recorded<T>(name: HeartbeatName, work: Promise<T>): Promise<T> {
     const result = await work
@@ -74,6 +103,7 @@ export class BackgroundWork {
     if (intervalMs <= 0 || this.#inboxTimer) return
     const { parts, logger } = this.#options
     this.#inboxTimer = setInterval(() => {
+      void this.sampleBacklog()
       parts()
         .then(({ processor, ledger }) => {
           processor.kick()

@@ -345,7 +345,9 @@ export class PayoutsService {
   async drainInbox(options: { maxBatches?: number } = {}) {
     const { processor } = await this.#partsOf()
     await processor.idle()
-    return processor.drain(options)
+    const handled = await processor.drain(options)
+    void this.#background.sampleBacklog()
+    return handled
   }
 
   /**

@@ -8,7 +8,11 @@
  * secret, a signature, a body or banking instructions; routes are templates
  * (`GET /payouts/{id}`), never paths with ids. docs/observability.md lists every field.
  */
-import { tracingChannel, type TracingChannel } from 'node:diagnostics_channel'
+import {
+  channel as plainChannel,
+  tracingChannel,
+  type TracingChannel,
+} from 'node:diagnostics_channel'
 
 /** One call of the client (all its attempts): `svc-payouts.client.request`. */
 export interface ClientRequestContext {
@@ -93,6 +97,21 @@ export interface StreamContext {
   deliveryId?: string
   outcome?: string
 }
+
+/**
+ * A sample of the inbox's backlog (`svc-payouts.inbox.backlog`, a plain channel, not a
+ * trace): published at most every 15 s by a process that processes the inbox, only while
+ * someone listens (the OpenTelemetry instrumentation's gauges).
+ */
+export interface InboxBacklogSample {
+  /** Rows not processed yet (due, being processed, or failed once and waiting). */
+  rows: number
+  /** Milliseconds since the oldest of them arrived; null when none waits. */
+  oldestAgeMs: number | null
+}
+
+/** The plain channel the backlog samples go out on. */
+export const backlogChannel = plainChannel('svc-payouts.inbox.backlog')
 
 /** The names, for subscribers: `diagnostics_channel.tracingChannel(CHANNEL_NAMES.execute)`. */
 export const CHANNEL_NAMES = {

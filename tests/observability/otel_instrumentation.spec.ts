@@ -21,6 +21,7 @@ import { channels, traced } from '../../src/tracing/channels.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
 import { TEST_DB } from '../helpers/database.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
+import { partsOf } from '../../src/service/payouts_service.ts'
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url))
 const file = (path: string) => pathToFileURL(join(REPO, path)).href
@@ -396,6 +397,47 @@ test.group(`Observability | OpenTelemetry instrumentation in a host app (${TEST_
     )
     assert.lengthOf(named(otel.spans(), 'payouts execute'), 1)
   }).timeout(60_000)
+
+  test('the inbox backlog gauges report a sample of the rows waiting, read only while instrumented', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup, { webhook: { processing: 'worker' } })
+    const { inbox, db } = await partsOf(app.payouts)
+    const statements: string[] = []
+    const table = `${app.payouts.config.ledger.tablePrefix}webhook_deliveries`
+    db.connection()
+      .getWriteClient()
+      .on('query', (query: { sql: string }) => {
+        if (query.sql.includes(table) && /count|min/i.test(query.sql)) statements.push(query.sql)
+      })
+    for (const id of ['dlv_b1', 'dlv_b2', 'dlv_b3']) {
+      await inbox.insert({
+        deliveryId: id,
+        eventType: 'payout.created',
+        rawBody: Buffer.from('{}'),
+        signatureHeader: 't=1,v1=x',
+        source: 'webhook',
+      })
+    }
+    // Not instrumented: the worker's step reads no backlog.
+    await app.payouts.drainInbox({ maxBatches: 0 })
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    assert.deepEqual(statements, [])
+
+    const otel = otelSdk(cleanup)
+    instrument(cleanup)
+    await app.payouts.drainInbox({ maxBatches: 0 })
+    let measured = await otel.metrics()
+    for (let i = 0; i < 50 && measured.points('payouts.inbox.backlog').length === 0; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      measured = await otel.metrics()
+    }
+    assert.equal(measured.points('payouts.inbox.backlog')[0]?.value, 3)
+    assert.isAtLeast(measured.points('payouts.inbox.oldest_age')[0]?.value, 0)
+    assert.equal(measured.descriptor('payouts.inbox.oldest_age')?.unit, 's')
+    assert.isAbove(statements.length, 0, 'read while instrumented')
+  })
 })
 
 test.group('Observability | OpenTelemetry instrumentation on the channels', () => {
