@@ -41,9 +41,9 @@ async function exceptFromCsrf(command: Configure, project: any): Promise<boolean
 
 /**
  * `node ace configure @svc/adonis-payouts`: publishes config/payouts.ts, the migrations
- * (tables, then indexes) and the start/payouts.ts preload (webhook route, Transmit channels),
- * registers the provider, commands and preload, declares the env variables, and exempts the
- * webhook route from CSRF. Every prompt has a flag (`--base-url`, `--api-key`), so it runs unattended;
+ * (tables, indexes, leases, then trace context) and the start/payouts.ts preload (webhook
+ * route, Transmit channels), registers the provider, commands and preload, declares the env
+ * variables, and exempts the webhook route from CSRF. Every prompt has a flag (`--base-url`, `--api-key`), so it runs unattended;
  * running it twice changes nothing.
  */
 export async function configure(command: Configure) {
@@ -99,6 +99,7 @@ export async function configure(command: Configure) {
     { name: 'create_payouts_tables', at: stamp },
     { name: 'add_payouts_indexes', at: stamp + 1 },
     { name: 'add_payouts_leases', at: stamp + 2 },
+    { name: 'add_payouts_trace_context', at: stamp + 3 },
   ]
   for (const { name, at } of publish) {
     if (migrations.some((file) => file.endsWith(`_${name}.ts`))) continue

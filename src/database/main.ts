@@ -3,9 +3,11 @@ export {
   createPayoutsIndexes,
   createPayoutsLeases,
   createPayoutsTables,
+  createPayoutsTraceContext,
   dropPayoutsIndexes,
   dropPayoutsLeases,
   dropPayoutsTables,
+  dropPayoutsTraceContext,
   payoutsIndexes,
   tableNames,
 } from './schema.ts'

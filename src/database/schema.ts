@@ -295,3 +295,37 @@ export function dropPayoutsLeases(schema: Knex.SchemaBuilder, prefix = DEFAULT_T
       table.dropColumn('key_origin')
     })
 }
+
+/**
+ * What the fourth migration (`add_payouts_trace_context`) adds: `trace_parent`, the W3C
+ * `traceparent` (55 characters) of the context a delivery was received in
+ * (`webhook_deliveries`) and of the execute that made an intent (`execution_intents`), so
+ * that the batch that applies the delivery, maybe in another process, and a recovery run
+ * that re-sends the intent link to them. Null where no OpenTelemetry SDK was registered.
+ * Nullable columns with no default: added without rewriting the tables.
+ */
+export function createPayoutsTraceContext(
+  schema: Knex.SchemaBuilder,
+  prefix = DEFAULT_TABLE_PREFIX
+) {
+  const t = tableNames(prefix)
+  return schema
+    .alterTable(t.webhookDeliveries, (table) => {
+      table.string('trace_parent', 64).nullable()
+    })
+    .alterTable(t.executionIntents, (table) => {
+      table.string('trace_parent', 64).nullable()
+    })
+}
+
+/** Removes them (the fourth migration's `down`). */
+export function dropPayoutsTraceContext(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
+  const t = tableNames(prefix)
+  return schema
+    .alterTable(t.executionIntents, (table) => {
+      table.dropColumn('trace_parent')
+    })
+    .alterTable(t.webhookDeliveries, (table) => {
+      table.dropColumn('trace_parent')
+    })
+}

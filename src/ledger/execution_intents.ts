@@ -5,6 +5,7 @@ import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import type { DateTime } from 'luxon'
 import { dbDate } from '../database/dates.ts'
 import { affectedRows } from '../database/dialects.ts'
+import { channels, traced } from '../tracing/channels.ts'
 import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
 
 /** What one recovery pass did with the intents it found. */
@@ -141,7 +142,7 @@ export class ExecutionIntents {
       }
       summary.resent++
       try {
-        await send(intent)
+        await this.#resend(intent, send)
         summary.succeeded++
       } catch {
         if (intent.state === 'needs_attention') summary.flagged++
@@ -150,6 +151,28 @@ export class ExecutionIntents {
       }
     }
     return summary
+  }
+
+  /**
+   * One intent sent again, traced on `svc-payouts.recover` with the traceparent of the execute
+   * that made it (its span links to that trace) and the state the attempt left it in.
+   */
+  #resend(intent: ExecutionIntent, send: (intent: ExecutionIntent) => Promise<unknown>) {
+    return traced(
+      channels.recover,
+      () => ({
+        intentId: intent.id,
+        keyOrigin: intent.keyOrigin ?? ('app' as const),
+        traceParent: intent.traceParent ?? null,
+      }),
+      async (trace) => {
+        try {
+          await send(intent)
+        } finally {
+          if (trace) trace.outcome = intent.state
+        }
+      }
+    )
   }
 
   /**

@@ -1,5 +1,6 @@
 import { isDeadlineError } from '../time_bounds.ts'
 import { channels, traced } from '../tracing/channels.ts'
+import { activeTraceParent } from '../tracing/trace_parent.ts'
 import { boundedTransaction } from '../database/deadline.ts'
 import { createHash, randomUUID } from 'node:crypto'
 import type { Database } from '@adonisjs/lucid/database'
@@ -174,6 +175,8 @@ export class PayoutExecutor {
       // its key if this process dies before recording the outcome.
       attempts: 1,
       lastAttemptAt: this.#options.now(),
+      // The execute's trace: a recovery run that sends it again links to it.
+      traceParent: activeTraceParent(),
     }
     let intent: ExecutionIntent
     // Whether the insert reached the server: past it, a COMMIT given up at its deadline may

@@ -62,6 +62,13 @@ export default class ExecutionIntent extends BaseModel {
   @column.dateTime(utcDateTime)
   declare lastAttemptAt: DateTime | null
 
+  /**
+   * The W3C traceparent of the execute that made it (null without an OpenTelemetry SDK): a
+   * recovery run that sends it again links to that trace.
+   */
+  @column()
+  declare traceParent: string | null
+
   @column.dateTime({ ...utcDateTime, autoCreate: true })
   declare createdAt: DateTime
 

@@ -44,6 +44,13 @@ export default class WebhookDelivery extends BaseModel {
   @column.dateTime(utcDateTime)
   declare processedAt: DateTime | null
 
+  /**
+   * The W3C traceparent of the request that stored it (null for the stream's messages, and
+   * without an OpenTelemetry SDK): the batch that applies it links to that trace.
+   */
+  @column()
+  declare traceParent: string | null
+
   /** The body as it arrived. */
   get body(): Buffer {
     return Buffer.from(this.rawBody, 'base64')

@@ -7,7 +7,9 @@ import {
   SpanStatusCode,
   trace,
   type Context,
+  type Link,
   type Span,
+  type SpanContext,
   type Tracer,
 } from '@opentelemetry/api'
 import { InstrumentationBase, type InstrumentationConfig } from '@opentelemetry/instrumentation'
@@ -21,9 +23,11 @@ import {
   type InboxBatchContext,
   type JobRunContext,
   type NotifyContext,
+  type RecoverContext,
   type StreamContext,
   type WebhookReceiveContext,
 } from '../tracing/channels.ts'
+import { remoteSpanContext } from '../tracing/trace_parent.ts'
 import {
   ATTR,
   defined,
@@ -37,6 +41,9 @@ import {
 /** `messaging.system` of the service's events, whether they came by webhook or WebSocket. */
 const MESSAGING_SYSTEM = 'svc-payouts-webhooks'
 
+/** Links of one span at most: the SDK's default `linkCountLimit` (a batch has 100 rows). */
+const MAX_LINKS = 128
+
 /** What the instrumentation makes of one channel's traces. */
 interface SpanShape<Ctx extends object> {
   channel: string
@@ -47,6 +54,11 @@ interface SpanShape<Ctx extends object> {
    * start the loop (it outlives that request, and every later batch would join its trace).
    */
   root?: boolean
+  /**
+   * The stored W3C traceparents of what began the work (the requests that stored a batch's
+   * deliveries, the execute that made an intent): the span links to each.
+   */
+  linked?(context: Ctx): Array<string | null> | undefined
   /** A template: never an id. */
   name(context: Ctx): string
   /** Attributes known when the work starts. */
@@ -55,7 +67,7 @@ interface SpanShape<Ctx extends object> {
   closing?(context: Ctx, ending: Ending): Record<string, unknown>
   /** A failure the work reported without throwing (a 503 answered, a listener that failed). */
   problem?(context: Ctx): string | undefined
-  record(metrics: PayoutsMetrics, context: Ctx, ending: Ending): void
+  record?(metrics: PayoutsMetrics, context: Ctx, ending: Ending): void
 }
 
 const clientRequest: SpanShape<ClientRequestContext> = {
@@ -125,6 +137,7 @@ const inboxBatch: SpanShape<InboxBatchContext> = {
     [ATTR.inboxPath]: context.path,
     [ATTR.deliveryIds]: context.deliveryIds,
   }),
+  linked: (context) => context.traceParents,
   closing: (context) => ({
     'messaging.batch.message_count': context.rows,
     [ATTR.inboxDead]: context.dead,
@@ -156,6 +169,19 @@ const jobRun: SpanShape<JobRunContext> = {
   name: (context) => `payouts job ${context.job}`,
   opening: (context) => ({ [ATTR.job]: context.job }),
   record: (metrics, context, ending) => metrics.jobRun(context, ending),
+}
+
+/** One intent sent again: inside the recovery run (a job's span), linked to its execute. */
+const recover: SpanShape<RecoverContext> = {
+  channel: CHANNEL_NAMES.recover,
+  kind: SpanKind.INTERNAL,
+  name: () => 'payouts recover',
+  opening: (context) => ({
+    [ATTR.intentId]: context.intentId,
+    [ATTR.keyOrigin]: context.keyOrigin,
+  }),
+  closing: (context) => ({ [ATTR.outcome]: context.outcome }),
+  linked: (context) => [context.traceParent],
 }
 
 const streamMessage: SpanShape<StreamContext> = {
@@ -214,6 +240,28 @@ interface Open {
 }
 
 /**
+ * A span's links: for a root span the span active when the work began, then the span context
+ * of each stored traceparent; each once, at most `MAX_LINKS`.
+ */
+function linksOf<Ctx extends object>(shape: SpanShape<Ctx>, message: Ctx, parent: Context) {
+  const links: Link[] = []
+  const seen = new Set<string>()
+  const add = (spanContext: SpanContext | undefined) => {
+    if (!spanContext || !isSpanContextValid(spanContext) || links.length >= MAX_LINKS) return
+    const key = `${spanContext.traceId}-${spanContext.spanId}`
+    if (seen.has(key)) return
+    seen.add(key)
+    links.push({ context: spanContext })
+  }
+  if (shape.root) add(trace.getSpan(parent)?.spanContext())
+  for (const traceParent of shape.linked?.(message) ?? []) {
+    if (links.length >= MAX_LINKS) break
+    add(remoteSpanContext(traceParent))
+  }
+  return links
+}
+
+/**
  * Turns one channel's traces into spans and measurements; returns what undoes it. Nothing
  * here may throw into the plugin's work: a handler that throws would surface as an uncaught
  * exception.
@@ -229,14 +277,14 @@ function watch<Ctx extends object>(shape: SpanShape<Ctx>, owner: Owner): () => v
     const opened: Open = { startedAt: performance.now(), failed: false }
     open.set(message, opened)
     try {
-      const active = shape.root ? trace.getSpan(parent)?.spanContext() : undefined
+      const links = linksOf(shape, message, parent)
       opened.span = owner.tracer().startSpan(
         shape.name(message),
         {
           kind: shape.kind,
           attributes: defined(shape.opening(message)),
           root: shape.root,
-          links: active && isSpanContextValid(active) ? [{ context: active }] : undefined,
+          links: links.length > 0 ? links : undefined,
         },
         parent
       )
@@ -271,7 +319,7 @@ function watch<Ctx extends object>(shape: SpanShape<Ctx>, owner: Owner): () => v
           if (problem) span.setStatus({ code: SpanStatusCode.ERROR, message: problem })
         }
       }
-      shape.record(owner.metrics(), message, ending)
+      shape.record?.(owner.metrics(), message, ending)
     } catch (error) {
       owner.failed(shape.channel, error)
     } finally {
@@ -307,6 +355,7 @@ const SHAPES = [
   inboxBatch,
   notify,
   jobRun,
+  recover,
   streamMessage,
   streamReconnect,
 ] as SpanShape<object>[]
@@ -315,10 +364,12 @@ const SHAPES = [
  * The OpenTelemetry instrumentation of the plugin, for `@adonisjs/otel`'s `instrumentations`
  * (`config/otel.ts`) or any `registerInstrumentations`: it subscribes to the plugin's tracing
  * channels (`svc-payouts.*`), makes one span per trace (a child of the active span; a root span
- * for an inbox batch, a job run and the stream's work) with that span active inside, and
- * records the plugin's metrics. Enabled when constructed, as every OpenTelemetry
- * instrumentation; `disable()` unsubscribes. Span names and `http.route` are templates; no span
- * or instrument carries a key, a secret, a signature, a body or an error's message.
+ * for an inbox batch, a job run and the stream's work) with that span active inside, links an
+ * inbox batch to the requests that stored its deliveries and a recovery to its execute (the
+ * traceparents stored with them), and records the plugin's metrics. Enabled when constructed,
+ * as every OpenTelemetry instrumentation; `disable()` unsubscribes. Span names and
+ * `http.route` are templates; no span or instrument carries a key, a secret, a signature, a
+ * body or an error's message.
  */
 export class PayoutsInstrumentation extends InstrumentationBase {
   // Declared only: the base constructor calls enable() and _updateMetricInstruments() before

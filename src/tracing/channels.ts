@@ -67,6 +67,11 @@ export interface InboxBatchContext {
   failed?: number
   /** The delivery ids of the rows (webhook ids, or `ws_<hash>` for stream messages). */
   deliveryIds?: string[]
+  /**
+   * Aligned with `deliveryIds`: the W3C traceparent each row was received in (the webhook
+   * request's, maybe in another process), or null (the stream's, or no SDK then).
+   */
+  traceParents?: Array<string | null>
 }
 
 /** One committed change told to the app: `svc-payouts.notify`. */
@@ -82,6 +87,17 @@ export interface NotifyContext {
   previousStatus: string | null
   /** Listeners that failed or timed out. */
   listenerFailures?: number
+}
+
+/** One intent sent again by recovery: `svc-payouts.recover`. */
+export interface RecoverContext {
+  intentId: number
+  /** Whose key guards it: the app's own (`app`, also on rows from before the column) or ours. */
+  keyOrigin: 'app' | 'plugin'
+  /** The W3C traceparent of the execute that made the intent, or null. */
+  traceParent: string | null
+  /** The intent's state after the attempt: `succeeded`, `unknown`, `failed`, ... */
+  outcome?: string
 }
 
 /** One run of a job: `svc-payouts.job.run`. */
@@ -121,6 +137,7 @@ export const CHANNEL_NAMES = {
   inboxBatch: 'svc-payouts.inbox.batch',
   notify: 'svc-payouts.notify',
   jobRun: 'svc-payouts.job.run',
+  recover: 'svc-payouts.recover',
   streamMessage: 'svc-payouts.stream.message',
   streamReconnect: 'svc-payouts.stream.reconnect',
 } as const
@@ -133,6 +150,7 @@ export const channels = {
   inboxBatch: tracingChannel<InboxBatchContext>(CHANNEL_NAMES.inboxBatch),
   notify: tracingChannel<NotifyContext>(CHANNEL_NAMES.notify),
   jobRun: tracingChannel<JobRunContext>(CHANNEL_NAMES.jobRun),
+  recover: tracingChannel<RecoverContext>(CHANNEL_NAMES.recover),
   streamMessage: tracingChannel<StreamContext>(CHANNEL_NAMES.streamMessage),
   streamReconnect: tracingChannel<StreamContext>(CHANNEL_NAMES.streamReconnect),
 } as const

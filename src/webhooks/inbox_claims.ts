@@ -11,7 +11,15 @@ import {
 } from './inbox_context.ts'
 
 /** The columns a claim reads back. */
-const CLAIMED_COLUMNS = ['id', 'delivery_id', 'event_type', 'raw_body', 'source', 'attempts']
+const CLAIMED_COLUMNS = [
+  'id',
+  'delivery_id',
+  'event_type',
+  'raw_body',
+  'source',
+  'attempts',
+  'trace_parent',
+]
 
 function toInboxRow(row: any): InboxRow {
   return {
@@ -21,6 +29,7 @@ function toInboxRow(row: any): InboxRow {
     rawBody: Buffer.from(row.raw_body, 'base64'),
     source: row.source,
     attempts: Number(row.attempts),
+    traceParent: row.trace_parent ?? null,
   }
 }
 

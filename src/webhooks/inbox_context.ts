@@ -8,6 +8,11 @@ export interface InboxDeliveryInput {
   rawBody: Buffer
   signatureHeader: string | null
   source: 'webhook' | 'websocket'
+  /**
+   * The W3C traceparent of the context the delivery was received in (the route's); stored
+   * only when it is one. None for the stream's messages.
+   */
+  traceParent?: string | null
 }
 
 /** A stored delivery, as the processor reads it back. */
@@ -18,6 +23,8 @@ export interface InboxRow {
   rawBody: Buffer
   source: string
   attempts: number
+  /** The traceparent it was received in (see `InboxDeliveryInput`), or null. */
+  traceParent: string | null
 }
 
 /** What became of a row processed inside the claiming transaction. */
@@ -48,7 +55,7 @@ export interface InboxContext {
   client(): QueryClientContract
 }
 
-/** Rows per statement: far below every dialect's bound-parameter limit (8 per row). */
+/** Rows per statement: far below every dialect's bound-parameter limit (9 per row). */
 export const MAX_BATCH = 200
 
 /** Multi-row statements with RETURNING here (not MySQL, nor when row by row is forced). */

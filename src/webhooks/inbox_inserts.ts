@@ -2,6 +2,7 @@ import type { QueryClientContract } from '@adonisjs/lucid/types/database'
 import { skipsLockedRows } from '../database/dialects.ts'
 import { dbDate } from '../database/dates.ts'
 import { withDeadline } from '../time_bounds.ts'
+import { traceParentOrNull } from '../tracing/trace_parent.ts'
 import {
   boundedTransaction,
   dropIdleConnections,
@@ -204,6 +205,7 @@ export class InboxInserts {
       state: 'pending',
       attempts: 0,
       received_at: receivedAt,
+      trace_parent: traceParentOrNull(input.traceParent),
     }
   }
 }

@@ -169,6 +169,7 @@ export class InboxProcessor {
             () => ({
               path: 'transaction' as const,
               deliveryIds: rows.map((row) => row.deliveryId),
+              traceParents: rows.map((row) => row.traceParent),
             }),
             async (trace) => {
               const verdicts: InboxVerdict[] = []
@@ -226,7 +227,11 @@ export class InboxProcessor {
     if (rows.length === 0) return 0
     return traced(
       channels.inboxBatch,
-      () => ({ path: 'row_by_row' as const, deliveryIds: rows.map((row) => row.deliveryId) }),
+      () => ({
+        path: 'row_by_row' as const,
+        deliveryIds: rows.map((row) => row.deliveryId),
+        traceParents: rows.map((row) => row.traceParent),
+      }),
       async (trace) => {
         const outcomes = await this.#processLeased(rows)
         if (trace) {

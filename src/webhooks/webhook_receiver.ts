@@ -2,6 +2,7 @@ import type { HttpContext } from '@adonisjs/core/http'
 import type { Logger } from '@adonisjs/core/logger'
 import { isDeadlineError, withDeadline } from '../time_bounds.ts'
 import { channels, traced, type WebhookReceiveContext } from '../tracing/channels.ts'
+import { activeTraceParent } from '../tracing/trace_parent.ts'
 import debug from '../debug.ts'
 import { verifySignature } from '../signature/signature.ts'
 import { BodyTooLargeError, readRawBody } from './raw_body.ts'
@@ -153,6 +154,8 @@ export class WebhookReceiver {
       rawBody: raw,
       signatureHeader: request.header('svc-signature')!,
       source: 'webhook',
+      // The request's trace: the batch that applies the row links to it, in whichever process.
+      traceParent: activeTraceParent(),
     })
   }
 

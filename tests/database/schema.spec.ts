@@ -1,7 +1,15 @@
 import { randomBytes } from 'node:crypto'
 import { test } from '@japa/runner'
 import { DateTime } from 'luxon'
-import { tableNames } from '../../src/database/schema.ts'
+import {
+  createPayoutsIndexes,
+  createPayoutsLeases,
+  createPayoutsTables,
+  createPayoutsTraceContext,
+  dropPayoutsTables,
+  dropPayoutsTraceContext,
+  tableNames,
+} from '../../src/database/schema.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import { PayoutEvent, WebhookDelivery } from '../../src/models/main.ts'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
@@ -52,6 +60,55 @@ test.group(`Database | the plugin's tables (${TEST_DB})`, () => {
     const [row] = await store.claimDue(new Date(), 10, 60_000)
     assert.equal(row.deliveryId, 'dlv_large')
     assert.isTrue(row.rawBody.equals(body))
+  })
+
+  test('the trace context migration adds trace_parent to deliveries and intents; down takes it away', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'schema', { createTables: false })
+    const schema = () => db.connection().schema
+    // The tables as the first three migrations leave them.
+    await createPayoutsLeases(
+      createPayoutsIndexes(createPayoutsTables(schema(), prefix), prefix),
+      prefix
+    )
+    cleanup(async () => {
+      await dropPayoutsTables(schema(), prefix)
+    })
+    const t = tableNames(prefix)
+    const columns = () =>
+      Promise.all(
+        [t.webhookDeliveries, t.executionIntents].map((table) =>
+          schema().hasColumn(table, 'trace_parent')
+        )
+      )
+    assert.deepEqual(await columns(), [false, false])
+
+    await createPayoutsTraceContext(schema(), prefix)
+    assert.deepEqual(await columns(), [true, true])
+    const store = new InboxStore(db, t.webhookDeliveries)
+    const traceParent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'
+    assert.equal(await store.insert({ ...delivery('dlv_traced'), traceParent }), 'stored')
+    const [row] = await store.claimDue(new Date(), 10, 60_000)
+    assert.equal(row.traceParent, traceParent)
+
+    await dropPayoutsTraceContext(schema(), prefix)
+    assert.deepEqual(await columns(), [false, false])
+    // The rest of the table is as it was: its rows, and its unique delivery id.
+    const kept = await db.from(t.webhookDeliveries).select('delivery_id')
+    assert.deepEqual(kept, [{ delivery_id: 'dlv_traced' }])
+    const insert = (deliveryId: string) =>
+      db.table(t.webhookDeliveries).insert({
+        delivery_id: deliveryId,
+        event_type: 'payout.created',
+        raw_body: '',
+        source: 'webhook',
+        state: 'pending',
+        received_at: new Date(),
+      })
+    await insert('dlv_after')
+    await assert.rejects(() => insert('dlv_traced'))
   })
 
   test('a timestamp past 2038 is kept as given', async ({ assert, cleanup }) => {

@@ -11,14 +11,15 @@ import {
   createPayoutsIndexes,
   createPayoutsLeases,
   createPayoutsTables,
+  createPayoutsTraceContext,
   dropPayoutsTables,
 } from '../../src/database/schema.ts'
 import { configureModels } from '../../src/models/main.ts'
 
-/** The plugin's tables as the three published migrations leave them, in their order. */
+/** The plugin's tables as the four published migrations leave them, in their order. */
 export function createAllPayoutsTables(schema: any, prefix?: string) {
-  return createPayoutsLeases(
-    createPayoutsIndexes(createPayoutsTables(schema, prefix), prefix),
+  return createPayoutsTraceContext(
+    createPayoutsLeases(createPayoutsIndexes(createPayoutsTables(schema, prefix), prefix), prefix),
     prefix
   ) as Promise<void>
 }

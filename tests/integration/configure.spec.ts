@@ -69,7 +69,9 @@ async function migrationsOf(root: URL) {
   const files = await readdir(new URL('database/migrations/', root))
   return files
     .filter((file) =>
-      /_(create_payouts_tables|add_payouts_indexes|add_payouts_leases)\.ts$/.test(file)
+      /_(create_payouts_tables|add_payouts_indexes|add_payouts_leases|add_payouts_trace_context)\.ts$/.test(
+        file
+      )
     )
     .sort()
 }
@@ -114,9 +116,11 @@ test.group('Configure', (group) => {
     await assert.fileContains('.env.example', 'PAYOUTS_BASE_URL=http://127.0.0.1:4010')
     await assert.fileContains('.env.example', 'PAYOUTS_API_KEY=')
     await assert.fileNotContains('.env.example', URL_SAFE_KEY)
-    const [migration, indexes, leases, ...others] = await migrationsOf(folderUrl(fs.basePath))
+    const [migration, indexes, leases, traceContext, ...others] = await migrationsOf(
+      folderUrl(fs.basePath)
+    )
     assert.lengthOf(others, 0)
-    assert.lengthOf(await fs.readDir('database/migrations'), 3)
+    assert.lengthOf(await fs.readDir('database/migrations'), 4)
     assert.match(migration, /^\d+_create_payouts_tables\.ts$/)
     await assert.fileContains(`database/migrations/${migration}`, [
       `createPayoutsTables(this.schema, 'svc_')`,
@@ -129,12 +133,19 @@ test.group('Configure', (group) => {
       `createPayoutsIndexes(this.schema, 'svc_')`,
       `dropPayoutsIndexes(this.schema, 'svc_')`,
     ])
-    // The leases and heartbeats come last, in their own migration.
+    // The leases and heartbeats come next, in their own migration.
     assert.match(leases, /^\d+_add_payouts_leases\.ts$/)
     assert.isAbove(Number.parseInt(leases), Number.parseInt(indexes))
     await assert.fileContains(`database/migrations/${leases}`, [
       `createPayoutsLeases(this.schema, 'svc_')`,
       `dropPayoutsLeases(this.schema, 'svc_')`,
+    ])
+    // The trace context columns come last.
+    assert.match(traceContext, /^\d+_add_payouts_trace_context\.ts$/)
+    assert.isAbove(Number.parseInt(traceContext), Number.parseInt(leases))
+    await assert.fileContains(`database/migrations/${traceContext}`, [
+      `createPayoutsTraceContext(this.schema, 'svc_')`,
+      `dropPayoutsTraceContext(this.schema, 'svc_')`,
     ])
     await assert.fileContains('start/env.ts', [
       'PAYOUTS_API_KEY: Env.schema.string.optional()',
@@ -157,14 +168,22 @@ test.group('Configure', (group) => {
     const command = await ace.create(Configure, ARGS)
     await command.exec()
     assertConfigured(command)
-    const [tables, indexes, leases, ...others] = await migrationsOf(folderUrl(fs.basePath))
+    const [tables, indexes, leases, traceContext, ...others] = await migrationsOf(
+      folderUrl(fs.basePath)
+    )
     assert.lengthOf(others, 0)
-    assert.match(leases, /^\d+_add_payouts_leases\.ts$/)
     assert.equal(`database/migrations/${tables}`, earlier)
     await assert.fileEquals(earlier, '// the tables, as published before')
     assert.match(indexes, /^\d+_add_payouts_indexes\.ts$/)
     await assert.fileContains(`database/migrations/${indexes}`, [
       `createPayoutsIndexes(this.schema, 'svc_')`,
+    ])
+    assert.match(leases, /^\d+_add_payouts_leases\.ts$/)
+    assert.isAbove(Number.parseInt(leases), Number.parseInt(indexes))
+    assert.match(traceContext, /^\d+_add_payouts_trace_context\.ts$/)
+    assert.isAbove(Number.parseInt(traceContext), Number.parseInt(leases))
+    await assert.fileContains(`database/migrations/${traceContext}`, [
+      `createPayoutsTraceContext(this.schema, 'svc_')`,
     ])
   })
 
@@ -186,7 +205,7 @@ test.group('Configure', (group) => {
     const again = await ace.create(Configure, ARGS)
     await again.exec()
     assertConfigured(again)
-    assert.lengthOf(await fs.readDir('database/migrations'), 3)
+    assert.lengthOf(await fs.readDir('database/migrations'), 4)
     const second = await Promise.all(files.map((file) => fs.contents(file)))
     assert.deepEqual(second, first)
   })
@@ -330,7 +349,7 @@ test.group('Configure', (group) => {
     )
     const demoMigrations = await migrationsOf(DEMO)
     const migrations = await migrationsOf(folderUrl(fs.basePath))
-    assert.lengthOf(demoMigrations, 3)
+    assert.lengthOf(demoMigrations, 4)
     for (const [index, demoMigration] of demoMigrations.entries()) {
       assert.equal(
         await demoFile(`database/migrations/${demoMigration}`),

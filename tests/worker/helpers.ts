@@ -53,6 +53,11 @@ export interface ChildOptions {
   relayIntervalMs?: number
   /** `webhook.processing` of the web process (`worker` by default). */
   processing?: 'inline' | 'worker'
+  /**
+   * OpenTelemetry in the child (tests/worker/child_otel.ts): every finished span appended to
+   * this JSONL file.
+   */
+  otelSpansFile?: string
 }
 
 /** The Transmit config of a child: no ping; Redis's transport when asked. */

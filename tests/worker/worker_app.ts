@@ -5,7 +5,8 @@
  * open (rows claimed, nothing committed) until SIGTERM arrives or the parent says `go`.
  * Listeners may be made slow or hang, batches forced row by row, or the process killed
  * right after its first COMMIT (see `ChildOptions`). With `transmit`, it registers the payout
- * channels as an app's start file would (it serves no subscriber).
+ * channels as an app's start file would (it serves no subscriber); with `otelSpansFile`, it
+ * traces itself through the plugin's OpenTelemetry instrumentation into that file.
  */
 import 'reflect-metadata'
 import { appendFileSync } from 'node:fs'
@@ -21,6 +22,11 @@ import { partsOf } from '../../src/service/payouts_service.ts'
 
 const options: ChildOptions = JSON.parse(process.env.WORKER_TEST!)
 process.on('disconnect', () => process.exit(1))
+// Before the app: as an app's otel.ts, imported first in bin/console.ts.
+if (options.otelSpansFile) {
+  const { traceToFile } = await import('./child_otel.ts')
+  traceToFile(options.otelSpansFile)
+}
 // The IPC channel alone does not keep the process alive: it exits when the command is done.
 process.channel?.unref()
 
