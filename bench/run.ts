@@ -10,6 +10,16 @@ import {
 import { FANOUT, fanoutChecks, measureFanout, type FanoutResult } from './fanout.ts'
 import { INGEST, ingestChecks, measureIngest, type IngestResult } from './ingest.ts'
 import { MEMORY, MEMORY_DBS, memoryChecks, runMemory, type MemoryRuns } from './memory.ts'
+import {
+  measureOtelIngest,
+  OTEL,
+  OTEL_DBS,
+  otelClientChecks,
+  otelIngestChecks,
+  runOtelClient,
+  type OtelClientResult,
+  type OtelIngestResult,
+} from './otel.ts'
 import { measureRelay, RELAY, RELAY_DBS, relayChecks, type RelayResult } from './relay.ts'
 import {
   CONFIGS,
@@ -26,21 +36,21 @@ import {
 import { round } from './stats.ts'
 
 /**
- * `npm run bench`: webhook ingest, fan-out, client overhead, memory and the relay's cost,
- * each comparison measured side by side in this run on this machine, on 127.0.0.1 only,
- * every loop bounded in count and time. Each measure, its settings and its rows of the table
- * are in its own file (ingest.ts, fanout.ts, client_overhead.ts, memory.ts, relay.ts); this
- * file runs them,
+ * `npm run bench`: webhook ingest, fan-out, client overhead, memory, the relay's cost and the
+ * OpenTelemetry instrumentation's, each comparison measured side by side in this run on this
+ * machine, on 127.0.0.1 only, every loop bounded in count and time. Each measure, its settings
+ * and its rows of the table are in its own file (ingest.ts, fanout.ts, client_overhead.ts,
+ * memory.ts, relay.ts, otel.ts); this file runs them,
  * prints the table and writes bench/results.json.
  */
 
-// BENCH_ONLY=ingest,client,memory,relay and BENCH_DBS=sqlite,sqlite-wal,pg run a part.
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'ingest,client,memory,relay').split(','))
+// BENCH_ONLY=ingest,client,memory,relay,otel and BENCH_DBS=sqlite,sqlite-wal,pg run a part.
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'ingest,client,memory,relay,otel').split(','))
 const DBS = process.env.BENCH_DBS ? new Set(process.env.BENCH_DBS.split(',')) : null
 const PARTIAL = process.env.BENCH_ONLY !== undefined || DBS !== null
 // BENCH_MERGE=1: a partial run replaces its own rows in bench/results.json, keeps the others.
 const MERGE = PARTIAL && !QUICK && process.env.BENCH_MERGE === '1'
-const HARD_CAP_MS = 10 * 60_000
+const HARD_CAP_MS = 15 * 60_000
 // Quick and partial runs (development) never touch the committed figures, unless merged.
 const RESULTS =
   (QUICK || PARTIAL) && !MERGE
@@ -112,13 +122,26 @@ function printTable(checks: Check[], previous: Record<string, number | null> | n
   for (const row of rows) log(line(row))
 }
 
+/** What the observability-cost part measured: each store's ingest, and the client. */
+interface OtelResults {
+  dbs: Record<string, OtelIngestResult | { skipped: string } | { error: string }>
+  client?: OtelClientResult | { error: string }
+}
+
 /** The parts of the results a partial run measured. */
-function mergedResults(dbs: object, client: unknown, memory: object, relay: object) {
+function mergedResults(
+  dbs: object,
+  client: unknown,
+  memory: object,
+  relay: object,
+  otel: OtelResults | undefined
+) {
   return {
     ...(Object.keys(dbs).length ? { dbs } : {}),
     ...(client ? { client } : {}),
     ...(Object.keys(memory).length ? { memory } : {}),
     ...(Object.keys(relay).length ? { relay } : {}),
+    ...(otel ? { otel } : {}),
   }
 }
 
@@ -203,6 +226,38 @@ async function main() {
     })
   }
 
+  // The OpenTelemetry instrumentation's cost: the webhook route on SQLite WAL and PostgreSQL,
+  // an app with nothing installed beside one instrumented; then the client, a process with
+  // nothing installed beside one instrumented.
+  let otel: OtelResults | undefined
+  if (ONLY.has('otel')) {
+    otel = { dbs: {} }
+    const otelConfigs = CONFIGS.filter((c) => OTEL_DBS.includes(c.key) && (!DBS || DBS.has(c.key)))
+    for (const config of otelConfigs) {
+      const skipped = await unavailable(config)
+      log(
+        `[${elapsed()}] otel, ${config.key}${skipped ? `: skipped, ${skipped}` : ''}` +
+          (skipped
+            ? ''
+            : `: nothing installed vs instrumented, ${OTEL.rounds} rounds max, ` +
+              `${OTEL.fixedRounds} rounds @${OTEL.fixedRate}/s`)
+      )
+      if (skipped) {
+        otel.dbs[config.key] = { skipped }
+        continue
+      }
+      otel.dbs[config.key] = await measureOtelIngest(config, log).catch((error) => {
+        log(`  failed: ${(error as Error).message}`)
+        return { error: (error as Error).message }
+      })
+    }
+    log(
+      `[${elapsed()}] otel, client: ${OTEL.client.rounds} rounds of ${OTEL.client.calls} ` +
+        `getPayout calls per arm, two processes, in blocks of ${OTEL.client.block}`
+    )
+    otel.client = await runOtelClient()
+  }
+
   const checks = [
     ...configs.flatMap((c) => dbChecks(c.key, dbs[c.key])),
     ...(client ? clientChecks(client) : []),
@@ -210,6 +265,21 @@ async function main() {
       'skipped' in runs ? [] : memoryChecks(key, runs)
     ),
     ...Object.entries(relay).flatMap(([key, r]) => ('arms' in r ? relayChecks(key, r) : [])),
+    ...Object.entries(otel?.dbs ?? {}).flatMap(([key, o]): Check[] => {
+      if ('max' in o) return otelIngestChecks(key, o, dbs[key]?.ingest)
+      return [
+        {
+          id: `${key}.otel.skipped`,
+          measure: 'observability cost, ingest',
+          db: key,
+          value: null,
+          unit: '',
+          target: 'skipped' in o ? `skipped: ${o.skipped}` : `failed: ${o.error}`,
+          pass: 'skipped' in o ? null : false,
+        },
+      ]
+    }),
+    ...(otel?.client ? otelClientChecks(otel.client, client) : []),
   ]
 
   let history: Array<{ date: string; values: Record<string, number | null> }> = []
@@ -247,12 +317,20 @@ async function main() {
       'Client: PayoutsClient with its rate limiter off (the emulator has rate limits off too).',
       'Memory, on SQLite WAL and on PostgreSQL: plugin route (verify, insert, ack), processing deferred, then the insert-only and bare routes, each in a fresh app; RSS after gc() twice.',
       "Relay, on SQLite WAL and on PostgreSQL: a fresh app per arm, relay off, on, on, off; plugin route with the inbox processed in-process; the relay's statements counted in the app (on PostgreSQL the NOTIFYs apart).",
+      'Observability cost (otel), on SQLite WAL and on PostgreSQL: two apps alive together, one with nothing installed, one with new PayoutsInstrumentation(), a BatchSpanProcessor into an in-memory exporter and a periodic metric reader (each emptied every second) installed before it boots; plugin route, processing deferred, the arms alternating in rounds; fixed-rate p99 judged round by round. Client: two child processes, one instrumented, on one emulator, the arms alternating in blocks of 100 calls.',
     ],
-    settings: { ingest: INGEST, fanout: FANOUT, client: CLIENT, memory: MEMORY, relay: RELAY },
+    settings: {
+      ingest: INGEST,
+      fanout: FANOUT,
+      client: CLIENT,
+      memory: MEMORY,
+      relay: RELAY,
+      otel: OTEL,
+    },
     checks: [...checks, ...kept],
     results: MERGE
-      ? { ...before.results, ...mergedResults(dbs, client, memory, relay) }
-      : { dbs, client, memory, relay },
+      ? { ...before.results, ...mergedResults(dbs, client, memory, relay, otel) }
+      : { dbs, client, memory, relay, otel },
     growth: before.growth,
     history: [...history, { date, values }].slice(-20),
   }
