@@ -244,6 +244,8 @@ interface Open {
  * of each stored traceparent; each once, at most `MAX_LINKS`.
  */
 function linksOf<Ctx extends object>(shape: SpanShape<Ctx>, message: Ctx, parent: Context) {
+  // Most spans (a client call, a notify) link nothing: nothing is allocated for them.
+  if (!shape.root && !shape.linked) return undefined
   const links: Link[] = []
   const seen = new Set<string>()
   const add = (spanContext: SpanContext | undefined) => {
@@ -284,7 +286,7 @@ function watch<Ctx extends object>(shape: SpanShape<Ctx>, owner: Owner): () => v
           kind: shape.kind,
           attributes: defined(shape.opening(message)),
           root: shape.root,
-          links: links.length > 0 ? links : undefined,
+          links: links?.length ? links : undefined,
         },
         parent
       )

@@ -93,7 +93,8 @@ export function entersStatus(context: NotifyContext): boolean {
 /** Keeps the attributes that have a value. */
 export function defined(attributes: Record<string, unknown>): Attributes {
   const kept: Attributes = {}
-  for (const [key, value] of Object.entries(attributes)) {
+  for (const key in attributes) {
+    const value = attributes[key]
     if (value !== undefined && value !== null && value !== '') kept[key] = value as never
   }
   return kept

@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process'
+import { readdirSync, readlinkSync } from 'node:fs'
 import { test } from '@japa/runner'
 import { PayoutsNetworkError, PayoutsTimeoutError } from '../../src/client/errors.ts'
 import { PayoutsClient } from '../../src/client/main.ts'
@@ -8,12 +9,15 @@ import { PayoutsEmulator } from '../../src/emulator/main.ts'
 function listeningTcpPorts(): Set<string> {
   const ports = new Set<string>()
   for (const file of ['/proc/net/tcp', '/proc/net/tcp6']) {
-    const inodes = new Set(
-      execFileSync('ls', ['-l', `/proc/${process.pid}/fd`], { encoding: 'utf8' })
-        .split('\n')
-        .map((line) => /socket:\[(\d+)\]/.exec(line)?.[1])
-        .filter(Boolean)
-    )
+    // Read one descriptor at a time: one that closes meanwhile (a socket of an earlier test
+    // being torn down) is skipped, where `ls -l` failed the whole listing.
+    const inodes = new Set<string>()
+    for (const fd of readdirSync(`/proc/${process.pid}/fd`)) {
+      try {
+        const inode = /socket:\[(\d+)\]/.exec(readlinkSync(`/proc/${process.pid}/fd/${fd}`))?.[1]
+        if (inode) inodes.add(inode)
+      } catch {}
+    }
     let table = ''
     try {
       table = execFileSync('cat', [file], { encoding: 'utf8' })
