@@ -206,3 +206,25 @@ async function addBenchRoutes(
     owner: (ctx: HttpContext, ownerId: string) => ctx.request.header('x-owner') === ownerId,
   })
 }
+
+/**
+ * Empties the bench app's inbox between runs. A drain in progress reads back each row it
+ * claims, and deleting rows under it makes it fail: a drain that may be running
+ * (`mayBeDraining`) is left nothing more to claim and let finish its batch first. In WAL mode
+ * the delete is checkpointed now, not during the next run.
+ */
+export async function emptyInbox(bench: BenchApp, journal: SqliteJournal, mayBeDraining: boolean) {
+  const lucid = await bench.app.container.make('lucid.db')
+  const client = () => lucid.connection()
+  bench.setProcessing(false)
+  if (mayBeDraining) {
+    await client()
+      .from(bench.inboxTable)
+      .whereIn('state', ['pending', 'failed'])
+      .update({ state: 'dead' })
+    const { processor } = await partsOf(bench.payouts)
+    await processor.idle()
+  }
+  await client().truncate(bench.inboxTable)
+  if (journal === 'wal') await client().rawQuery('PRAGMA wal_checkpoint(TRUNCATE)')
+}

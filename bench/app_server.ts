@@ -3,10 +3,9 @@ import v8 from 'node:v8'
 import { changesChannel, CommitNotices } from '../src/database/change_notices.ts'
 import { PayoutLedger } from '../src/ledger/payout_ledger.ts'
 import { BroadcastRelay } from '../src/service/broadcast_relay.ts'
-import { startBenchApp, type BenchDb } from './app.ts'
+import { emptyInbox, startBenchApp, type BenchDb } from './app.ts'
 import { growthCommands, processFor } from './growth_child.ts'
 import { failToParent, serveParent } from './ipc.ts'
-import { partsOf } from '../src/service/payouts_service.ts'
 
 /**
  * Child process: one bench app (argv: db kind, SQLite file), driven by bench/run.ts over
@@ -55,21 +54,8 @@ async function main() {
         serverSamples: bench.serverTimes.get(args.path) ?? [],
       }),
       truncate: async () => {
-        bench.setProcessing(false)
-        if (mayBeDraining) {
-          // A drain in progress reads back each row it claims: deleting rows under it makes
-          // it fail. Leave it nothing more to claim, let it finish its batch, then delete.
-          await client()
-            .from(bench.inboxTable)
-            .whereIn('state', ['pending', 'failed'])
-            .update({ state: 'dead' })
-          const { processor } = await partsOf(bench.payouts)
-          await processor.idle()
-          mayBeDraining = false
-        }
-        await client().truncate(bench.inboxTable)
-        // In WAL mode the delete sits in the WAL: checkpoint now, not during the next run.
-        if (journal === 'wal') await client().rawQuery('PRAGMA wal_checkpoint(TRUNCATE)')
+        await emptyInbox(bench, journal, mayBeDraining)
+        mayBeDraining = false
       },
       count: async () => {
         const rows: Array<{ state: string; total: number | string }> = await client()

@@ -1,6 +1,5 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks'
-import { partsOf } from '../src/service/payouts_service.ts'
-import { startBenchApp, type BenchDb } from './app.ts'
+import { emptyInbox, startBenchApp, type BenchDb } from './app.ts'
 import { failToParent, serveParent } from './ipc.ts'
 
 /**
@@ -19,8 +18,6 @@ async function main() {
   const sdk = process.argv.includes('--otel') ? await import('./otel_sdk.ts') : null
   const otel = sdk?.installOtel() ?? null
   const bench = await startBenchApp({ db, sqliteFile, journal })
-  const lucid = await bench.app.container.make('lucid.db')
-  const client = () => lucid.connection()
   bench.setProcessing(false)
 
   const loop = monitorEventLoopDelay({ resolution: 1 })
@@ -46,20 +43,8 @@ async function main() {
         rssMB: process.memoryUsage().rss / 1024 / 1024,
       }),
       truncate: async () => {
-        bench.setProcessing(false)
-        if (mayBeDraining) {
-          // As bench/app_server.ts: leave a drain in progress nothing more to claim, let it
-          // finish its batch, then delete.
-          await client()
-            .from(bench.inboxTable)
-            .whereIn('state', ['pending', 'failed'])
-            .update({ state: 'dead' })
-          const { processor } = await partsOf(bench.payouts)
-          await processor.idle()
-          mayBeDraining = false
-        }
-        await client().truncate(bench.inboxTable)
-        if (journal === 'wal') await client().rawQuery('PRAGMA wal_checkpoint(TRUNCATE)')
+        await emptyInbox(bench, journal, mayBeDraining)
+        mayBeDraining = false
       },
     },
     async () => {
