@@ -101,10 +101,13 @@ test.group(`Observability | tracing channels in a host app (${TEST_DB})`, () => 
     )
 
     const requests = of('clientRequest')
-    if (requests.length > 0) {
-      // The client's own channel (when the client publishes it): templates, never ids.
-      assert.isTrue(requests.every((trace) => !UUID.test(trace.context.route)))
-    }
+    // The client's own calls (the execute among them): templates, never ids.
+    assert.isAbove(requests.length, 0)
+    assert.include(
+      requests.map((trace) => `${trace.context.method} ${trace.context.route}`),
+      'POST /rfq/execute'
+    )
+    assert.isTrue(requests.every((trace) => !UUID.test(trace.context.route)))
 
     // Nothing secret in any context: the key, the secrets, a signature, the request's body.
     const everything = JSON.stringify(traces.map((trace) => trace.context))
