@@ -100,6 +100,7 @@ export async function configure(command: Configure) {
     { name: 'add_payouts_indexes', at: stamp + 1 },
     { name: 'add_payouts_leases', at: stamp + 2 },
     { name: 'add_payouts_trace_context', at: stamp + 3 },
+    { name: 'add_payouts_accounts', at: stamp + 4 },
   ]
   for (const { name, at } of publish) {
     if (migrations.some((file) => file.endsWith(`_${name}.ts`))) continue

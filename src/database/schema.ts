@@ -1,5 +1,5 @@
 import type { Knex } from 'knex'
-import { DEFAULT_TABLE_PREFIX } from '../constants.ts'
+import { DEFAULT_ACCOUNT, DEFAULT_TABLE_PREFIX } from '../constants.ts'
 import { buildsForMysql } from './dialects.ts'
 
 /** Table names of the plugin, prefixed (`svc_` by default). */
@@ -14,6 +14,7 @@ export function tableNames(prefix = DEFAULT_TABLE_PREFIX) {
     locks: `${prefix}locks`,
     webhookSecrets: `${prefix}webhook_secrets`,
     heartbeats: `${prefix}heartbeats`,
+    accounts: `${prefix}accounts`,
   }
 }
 
@@ -194,6 +195,7 @@ export function createPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT
 export function dropPayoutsTables(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
   const t = tableNames(prefix)
   return schema
+    .dropTableIfExists(t.accounts)
     .dropTableIfExists(t.heartbeats)
     .dropTableIfExists(t.locks)
     .dropTableIfExists(t.webhookSecrets)
@@ -327,5 +329,133 @@ export function dropPayoutsTraceContext(schema: Knex.SchemaBuilder, prefix = DEF
     })
     .alterTable(t.webhookDeliveries, (table) => {
       table.dropColumn('trace_parent')
+    })
+}
+
+/**
+ * The unique keys that become per account in the fifth migration: an id the service gave
+ * (or the app's idempotency key) is unique within its account, never across accounts.
+ */
+function accountKeys(prefix: string) {
+  const t = tableNames(prefix)
+  return [
+    { table: t.payouts, column: 'payout_uuid', lookedUpAlone: true },
+    { table: t.payouts, column: 'read_id', lookedUpAlone: true },
+    { table: t.recipients, column: 'remote_id', lookedUpAlone: true },
+    { table: t.webhookDeliveries, column: 'delivery_id', lookedUpAlone: false },
+    { table: t.escrowDeposits, column: 'quote_id', lookedUpAlone: true },
+    { table: t.executionIntents, column: 'idempotency_key', lookedUpAlone: false },
+    { table: t.webhookSecrets, column: 'subscription_id', lookedUpAlone: false },
+  ]
+}
+
+/** The tables whose rows carry their account (all but the locks, whose keys name it). */
+function accountTables(prefix: string) {
+  const t = tableNames(prefix)
+  return [
+    t.payouts,
+    t.payoutEvents,
+    t.recipients,
+    t.webhookDeliveries,
+    t.escrowDeposits,
+    t.executionIntents,
+    t.webhookSecrets,
+  ]
+}
+
+/**
+ * What the fifth migration (`add_payouts_accounts`) adds, so that one app can hold several
+ * accounts (docs/accounts.md):
+ * - an `account` column on every ledger table, `main` on the rows from before (a
+ *   one-account config is the account `main`);
+ * - the unique keys per account (`account` first): the same delivery id, payout id or
+ *   idempotency key in two accounts is two rows;
+ * - `accounts`: the environment (sandbox or production) each account's key had when it first
+ *   used the ledger, so a live key never takes over a sandbox account's rows (or the reverse);
+ * - `heartbeats` again, keyed by account and name (its rows are rewritten within an interval).
+ */
+export function createPayoutsAccounts(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
+  const t = tableNames(prefix)
+  const mysql = buildsForMysql(schema)
+  const at = (table: Knex.CreateTableBuilder, name: string) =>
+    mysql ? table.datetime(name, { precision: 3 }) : table.timestamp(name, { useTz: true })
+  const binary = (table: Knex.CreateTableBuilder) => {
+    if (!mysql) return
+    table.charset('utf8mb4')
+    table.collate('utf8mb4_bin')
+  }
+  for (const name of accountTables(prefix)) {
+    schema.alterTable(name, (table) => {
+      table.string('account', 64).notNullable().defaultTo(DEFAULT_ACCOUNT)
+    })
+  }
+  for (const key of accountKeys(prefix)) {
+    schema.alterTable(key.table, (table) => {
+      table.dropUnique([key.column])
+      table.unique(['account', key.column], { indexName: accountKeyName(key.table, key.column) })
+      // A host app looks a payout (or its escrow deposit, its recipient) up by the service's
+      // id alone (`Payout.findBy('payoutUuid', id)`): that stays an index read.
+      if (key.lookedUpAlone) table.index([key.column], lookupName(key.table, key.column))
+    })
+  }
+  return schema
+    .dropTableIfExists(t.heartbeats)
+    .createTable(t.heartbeats, (table) => {
+      binary(table)
+      table.string('account', 64).notNullable()
+      // `worker`, `job:reconcile`, ...
+      table.string('name', 120).notNullable()
+      table.string('owner', 128).nullable()
+      at(table, 'beat_at').notNullable()
+      table.primary(['account', 'name'])
+    })
+    .createTable(t.accounts, (table) => {
+      binary(table)
+      table.string('name', 64).notNullable().primary()
+      table.string('environment', 16).notNullable()
+      at(table, 'created_at').notNullable()
+    })
+}
+
+function accountKeyName(table: string, column: string) {
+  return `${table}_account_${column}_unique`
+}
+
+function lookupName(table: string, column: string) {
+  return `${table}_${column}_lookup`
+}
+
+/**
+ * Removes them (the fifth migration's `down`). Refused by the database when two accounts
+ * hold the same id: the one-account keys cannot hold both.
+ */
+export function dropPayoutsAccounts(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
+  const t = tableNames(prefix)
+  const mysql = buildsForMysql(schema)
+  const at = (table: Knex.CreateTableBuilder, name: string) =>
+    mysql ? table.datetime(name, { precision: 3 }) : table.timestamp(name, { useTz: true })
+  for (const key of accountKeys(prefix)) {
+    schema.alterTable(key.table, (table) => {
+      if (key.lookedUpAlone) table.dropIndex([key.column], lookupName(key.table, key.column))
+      table.dropUnique(['account', key.column], accountKeyName(key.table, key.column))
+      table.unique([key.column])
+    })
+  }
+  for (const name of accountTables(prefix)) {
+    schema.alterTable(name, (table) => {
+      table.dropColumn('account')
+    })
+  }
+  return schema
+    .dropTableIfExists(t.accounts)
+    .dropTableIfExists(t.heartbeats)
+    .createTable(t.heartbeats, (table) => {
+      if (mysql) {
+        table.charset('utf8mb4')
+        table.collate('utf8mb4_bin')
+      }
+      table.string('name', 191).notNullable().primary()
+      table.string('owner', 128).nullable()
+      at(table, 'beat_at').notNullable()
     })
 }

@@ -85,20 +85,8 @@ test.group(`Database | the plugin's tables (${TEST_DB})`, () => {
       )
     assert.deepEqual(await columns(), [false, false])
 
-    await createPayoutsTraceContext(schema(), prefix)
-    assert.deepEqual(await columns(), [true, true])
-    const store = new InboxStore(db, t.webhookDeliveries)
-    const traceParent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'
-    assert.equal(await store.insert({ ...delivery('dlv_traced'), traceParent }), 'stored')
-    const [row] = await store.claimDue(new Date(), 10, 60_000)
-    assert.equal(row.traceParent, traceParent)
-
-    await dropPayoutsTraceContext(schema(), prefix)
-    assert.deepEqual(await columns(), [false, false])
-    // The rest of the table is as it was: its rows, and its unique delivery id.
-    const kept = await db.from(t.webhookDeliveries).select('delivery_id')
-    assert.deepEqual(kept, [{ delivery_id: 'dlv_traced' }])
-    const insert = (deliveryId: string) =>
+    // Rows written by hand: the inbox of today also writes the fifth migration's account.
+    const insert = (deliveryId: string, more: Record<string, unknown> = {}) =>
       db.table(t.webhookDeliveries).insert({
         delivery_id: deliveryId,
         event_type: 'payout.created',
@@ -106,7 +94,21 @@ test.group(`Database | the plugin's tables (${TEST_DB})`, () => {
         source: 'webhook',
         state: 'pending',
         received_at: new Date(),
+        ...more,
       })
+
+    await createPayoutsTraceContext(schema(), prefix)
+    assert.deepEqual(await columns(), [true, true])
+    const traceParent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'
+    await insert('dlv_traced', { trace_parent: traceParent })
+    const row = await db.from(t.webhookDeliveries).where('delivery_id', 'dlv_traced').first()
+    assert.equal(row.trace_parent, traceParent)
+
+    await dropPayoutsTraceContext(schema(), prefix)
+    assert.deepEqual(await columns(), [false, false])
+    // The rest of the table is as it was: its rows, and its unique delivery id.
+    const kept = await db.from(t.webhookDeliveries).select('delivery_id')
+    assert.deepEqual(kept, [{ delivery_id: 'dlv_traced' }])
     await insert('dlv_after')
     await assert.rejects(() => insert('dlv_traced'))
   })

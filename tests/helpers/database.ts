@@ -8,6 +8,7 @@ import { Emitter } from '@adonisjs/core/events'
 import { Logger } from '@adonisjs/core/logger'
 import { AppFactory } from '@adonisjs/core/factories/app'
 import {
+  createPayoutsAccounts,
   createPayoutsIndexes,
   createPayoutsLeases,
   createPayoutsTables,
@@ -16,10 +17,16 @@ import {
 } from '../../src/database/schema.ts'
 import { configureModels } from '../../src/models/main.ts'
 
-/** The plugin's tables as the four published migrations leave them, in their order. */
+/** The plugin's tables as the five published migrations leave them, in their order. */
 export function createAllPayoutsTables(schema: any, prefix?: string) {
-  return createPayoutsTraceContext(
-    createPayoutsLeases(createPayoutsIndexes(createPayoutsTables(schema, prefix), prefix), prefix),
+  return createPayoutsAccounts(
+    createPayoutsTraceContext(
+      createPayoutsLeases(
+        createPayoutsIndexes(createPayoutsTables(schema, prefix), prefix),
+        prefix
+      ),
+      prefix
+    ),
     prefix
   ) as Promise<void>
 }

@@ -69,7 +69,7 @@ async function migrationsOf(root: URL) {
   const files = await readdir(new URL('database/migrations/', root))
   return files
     .filter((file) =>
-      /_(create_payouts_tables|add_payouts_indexes|add_payouts_leases|add_payouts_trace_context)\.ts$/.test(
+      /_(create_payouts_tables|add_payouts_indexes|add_payouts_leases|add_payouts_trace_context|add_payouts_accounts)\.ts$/.test(
         file
       )
     )
@@ -116,11 +116,11 @@ test.group('Configure', (group) => {
     await assert.fileContains('.env.example', 'PAYOUTS_BASE_URL=http://127.0.0.1:4010')
     await assert.fileContains('.env.example', 'PAYOUTS_API_KEY=')
     await assert.fileNotContains('.env.example', URL_SAFE_KEY)
-    const [migration, indexes, leases, traceContext, ...others] = await migrationsOf(
+    const [migration, indexes, leases, traceContext, accounts, ...others] = await migrationsOf(
       folderUrl(fs.basePath)
     )
     assert.lengthOf(others, 0)
-    assert.lengthOf(await fs.readDir('database/migrations'), 4)
+    assert.lengthOf(await fs.readDir('database/migrations'), 5)
     assert.match(migration, /^\d+_create_payouts_tables\.ts$/)
     await assert.fileContains(`database/migrations/${migration}`, [
       `createPayoutsTables(this.schema, 'svc_')`,
@@ -140,12 +140,19 @@ test.group('Configure', (group) => {
       `createPayoutsLeases(this.schema, 'svc_')`,
       `dropPayoutsLeases(this.schema, 'svc_')`,
     ])
-    // The trace context columns come last.
+    // The trace context columns come next.
     assert.match(traceContext, /^\d+_add_payouts_trace_context\.ts$/)
     assert.isAbove(Number.parseInt(traceContext), Number.parseInt(leases))
     await assert.fileContains(`database/migrations/${traceContext}`, [
       `createPayoutsTraceContext(this.schema, 'svc_')`,
       `dropPayoutsTraceContext(this.schema, 'svc_')`,
+    ])
+    // The accounts come last.
+    assert.match(accounts, /^\d+_add_payouts_accounts\.ts$/)
+    assert.isAbove(Number.parseInt(accounts), Number.parseInt(traceContext))
+    await assert.fileContains(`database/migrations/${accounts}`, [
+      `createPayoutsAccounts(this.schema, 'svc_')`,
+      `dropPayoutsAccounts(this.schema, 'svc_')`,
     ])
     await assert.fileContains('start/env.ts', [
       'PAYOUTS_API_KEY: Env.schema.string.optional()',
@@ -168,7 +175,7 @@ test.group('Configure', (group) => {
     const command = await ace.create(Configure, ARGS)
     await command.exec()
     assertConfigured(command)
-    const [tables, indexes, leases, traceContext, ...others] = await migrationsOf(
+    const [tables, indexes, leases, traceContext, accounts, ...others] = await migrationsOf(
       folderUrl(fs.basePath)
     )
     assert.lengthOf(others, 0)
@@ -185,6 +192,8 @@ test.group('Configure', (group) => {
     await assert.fileContains(`database/migrations/${traceContext}`, [
       `createPayoutsTraceContext(this.schema, 'svc_')`,
     ])
+    assert.match(accounts, /^\d+_add_payouts_accounts\.ts$/)
+    assert.isAbove(Number.parseInt(accounts), Number.parseInt(traceContext))
   })
 
   test('running it twice leaves the app unchanged', async ({ assert, fs }) => {
@@ -205,7 +214,7 @@ test.group('Configure', (group) => {
     const again = await ace.create(Configure, ARGS)
     await again.exec()
     assertConfigured(again)
-    assert.lengthOf(await fs.readDir('database/migrations'), 4)
+    assert.lengthOf(await fs.readDir('database/migrations'), 5)
     const second = await Promise.all(files.map((file) => fs.contents(file)))
     assert.deepEqual(second, first)
   })
@@ -349,7 +358,7 @@ test.group('Configure', (group) => {
     )
     const demoMigrations = await migrationsOf(DEMO)
     const migrations = await migrationsOf(folderUrl(fs.basePath))
-    assert.lengthOf(demoMigrations, 4)
+    assert.lengthOf(demoMigrations, 5)
     for (const [index, demoMigration] of demoMigrations.entries()) {
       assert.equal(
         await demoFile(`database/migrations/${demoMigration}`),
