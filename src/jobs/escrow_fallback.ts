@@ -3,6 +3,7 @@ import type { Database } from '@adonisjs/lucid/database'
 import { dbDate } from '../database/dates.ts'
 import { affectedRows } from '../database/dialects.ts'
 import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
+import { sharedAccount } from '../ledger/accounts.ts'
 import EscrowDeposit from '../models/escrow_deposit.ts'
 
 /** What the fallback job needs: the deposits to work on, and when a deposit is due. */
@@ -10,6 +11,8 @@ export interface EscrowFallbackOptions {
   db: Database
   /** Where each claimed deposit is confirmed, refused, released or given up on. */
   deposits: EscrowDeposits
+  /** The account whose deposits it claims (its deposits', which confirm them; not another). */
+  account?: string
   connection?: string
   /** Minutes after on-chain confirmation before the manual fallback may be used. */
   confirmAfterMinutes?: number
@@ -44,12 +47,13 @@ export class EscrowFallback {
       batchSize: 50,
       now: () => DateTime.now(),
       ...options,
+      account: sharedAccount(options.account, options.deposits, 'an escrow fallback'),
     }
   }
 
   /** One run: claims the due deposits, oldest on-chain confirmation first, one by one. */
   async run(): Promise<EscrowSummary> {
-    const { db, connection, confirmAfterMinutes } = this.#options
+    const { db, connection, account, confirmAfterMinutes } = this.#options
     const now = this.#options.now()
     const sql = db.connection(connection)
     const due = dbDate(sql, now.minus({ minutes: confirmAfterMinutes }))
@@ -58,6 +62,7 @@ export class EscrowFallback {
     // read first, and the service is idempotent on the quote and the transaction).
     const isDue = <Query extends { where: (...args: any[]) => Query }>(query: Query) =>
       query
+        .where('account', account)
         .where((state: any) =>
           state
             .where((recorded: any) =>
@@ -96,7 +101,10 @@ export class EscrowFallback {
         if (affectedRows(claimed) !== 1) continue
         // Read again once claimed: the row read before the claim may be stale (the host
         // recorded another transaction, its attempts reset), and nothing changes it now.
-        const current = await EscrowDeposit.query({ connection }).where('id', deposit.id).first()
+        const current = await EscrowDeposit.query({ connection })
+          .where('account', account)
+          .where('id', deposit.id)
+          .first()
         if (!current) continue
         summary.checked++
         summary[await this.#options.deposits.confirmClaimed(current)]++

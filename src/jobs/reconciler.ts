@@ -7,12 +7,18 @@ import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
 import type { PayoutStuckEvent } from '../types/events.ts'
 import type { PayoutLedger } from '../ledger/payout_ledger.ts'
+import { sharedAccount } from '../ledger/accounts.ts'
 import { readIds } from '../ledger/vocabulary.ts'
 
 export interface ReconcilerOptions {
   db: Database
   ledger: PayoutLedger
   client: Pick<PayoutsClient, 'getPayout' | 'rateLimit'>
+  /**
+   * The account whose payouts it reads (its ledger's, and its client's key; naming another
+   * is refused): another account's payouts are read with that account's key, by its own.
+   */
+  account?: string
   connection?: string
   /** Payouts not observed for this long are read again. */
   staleAfterMs?: number
@@ -69,7 +75,14 @@ export class Reconciler {
       stuckAfterMs: 24 * 3600_000,
       now: () => DateTime.now(),
       ...options,
+      account: sharedAccount(options.account, options.ledger, 'a reconciler'),
     }
+  }
+
+  /** The account's payouts, on the job's connection. */
+  #payouts() {
+    const { connection, account } = this.#options
+    return Payout.query({ connection }).where('account', account)
   }
 
   async run(overrides: { staleAfterMs?: number } = {}): Promise<ReconcileSummary> {
@@ -130,7 +143,7 @@ export class Reconciler {
    */
   async #stale(cutoff: DateTime, limit: number): Promise<Payout[]> {
     const { db, connection } = this.#options
-    const never = await Payout.query({ connection })
+    const never = await this.#payouts()
       .whereIn('status', NON_TERMINAL)
       .whereNull('last_observed_at')
       .orderBy('id', 'asc')
@@ -139,7 +152,7 @@ export class Reconciler {
     const before = dbDate(db.connection(connection), cutoff)
     const byStatus = await Promise.all(
       NON_TERMINAL.map((status) =>
-        Payout.query({ connection })
+        this.#payouts()
           .where('status', status)
           .where('last_observed_at', '<=', before)
           .orderBy('last_observed_at', 'asc')
@@ -157,14 +170,16 @@ export class Reconciler {
     if (!['pending', 'processing'].includes(payout.status)) return false
     const age = this.#options.now().diff(payout.createdAt).toMillis()
     if (age < this.#options.stuckAfterMs) return false
-    const { connection } = this.#options
+    const { connection, account } = this.#options
     const known = await PayoutEvent.query({ connection })
+      .where('account', account)
       .where('payout_uuid', payout.payoutUuid)
       .where('event_type', 'stuck')
       .first()
     if (known) return false
     await PayoutEvent.create(
       {
+        account,
         payoutUuid: payout.payoutUuid,
         source: 'poll',
         eventType: 'stuck',

@@ -3,6 +3,7 @@ import type { Database } from '@adonisjs/lucid/database'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { EscrowConfirmationFailedError, PayoutsApiError, PayoutsError } from '../client/errors.ts'
 import type { PayoutsClient } from '../client/payouts_client.ts'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 import { dbDate } from '../database/dates.ts'
 import { affectedRows } from '../database/dialects.ts'
 import { E_ESCROW_CONFIRMATION_IN_FLIGHT } from '../errors.ts'
@@ -15,6 +16,8 @@ import type { EscrowEvent } from '../types/events.ts'
 export interface EscrowDepositsOptions {
   db: Database
   client: Pick<PayoutsClient, 'getQuoteStatus' | 'confirmEscrowDeposit'>
+  /** The account whose deposits these are (`main` when absent): a quote id is its own. */
+  account?: string
   connection?: string
   /** Confirmations sent for one deposit before it is marked `confirm_failed` (alert). */
   maxAttempts?: number
@@ -64,10 +67,11 @@ function failureCode(error: unknown): string {
  */
 export async function createEscrowDeposit(
   trx: TransactionClientContract,
-  result: StablecoinToFiatExecuteData
+  result: StablecoinToFiatExecuteData,
+  account: string
 ) {
   await EscrowDeposit.firstOrCreate(
-    { quoteId: result.quoteId },
+    { account, quoteId: result.quoteId },
     {
       payoutUuid: result.payoutId,
       escrowAddress: result.escrowAddress,
@@ -107,7 +111,13 @@ export class EscrowDeposits {
       retryBackoffMs: 5 * 60_000,
       now: () => DateTime.now(),
       ...options,
+      account: options.account ?? DEFAULT_ACCOUNT,
     }
+  }
+
+  /** The account whose deposits these are (the fallback job works on them). */
+  get account(): string {
+    return this.#options.account
   }
 
   /** The host app records the deposit it sent, with when it was confirmed on-chain. */
@@ -122,8 +132,12 @@ export class EscrowDeposits {
           : input.confirmedAt
             ? DateTime.fromISO(input.confirmedAt)
             : this.#options.now()
-    const { db, connection } = this.#options
-    const find = () => EscrowDeposit.query({ connection }).where('quote_id', input.quoteId).first()
+    const { db, connection, account } = this.#options
+    const find = () =>
+      EscrowDeposit.query({ connection })
+        .where('account', account)
+        .where('quote_id', input.quoteId)
+        .first()
     const deposit = await find()
     if (!deposit) throw new Error(`no escrow deposit is known for quote ${input.quoteId}`)
     // Never under a confirmation in flight (nor after one that succeeded): conditional
@@ -138,8 +152,8 @@ export class EscrowDeposits {
     // Another transaction, or the same one recorded again after the fallback gave up (a
     // human's decision): a fresh start. Recording the same pending one again keeps its
     // attempts and its wait, so repeating the call cannot stretch the bound.
-    let updated = await sql
-      .from(EscrowDeposit.table)
+    const own = () => sql.from(EscrowDeposit.table).where('account', account)
+    let updated = await own()
       .where('id', deposit.id)
       .whereNotIn('state', ['confirm_requested', 'confirmed'])
       .where((fresh) =>
@@ -156,8 +170,7 @@ export class EscrowDeposits {
         next_attempt_at: null,
       })
     if (affectedRows(updated) === 0) {
-      updated = await sql
-        .from(EscrowDeposit.table)
+      updated = await own()
         .where('id', deposit.id)
         .whereIn('state', ['awaiting_deposit', 'deposit_recorded'])
         .where('tx_hash', input.txHash)
@@ -243,6 +256,7 @@ export class EscrowDeposits {
   async #detected(deposit: EscrowDeposit): Promise<boolean> {
     if (deposit.payoutUuid) {
       const payout = await Payout.query({ connection: this.#options.connection })
+        .where('account', this.#options.account)
         .where('payout_uuid', deposit.payoutUuid)
         .first()
       if (payout && (payout.status === 'processing' || payout.status === 'completed')) return true

@@ -20,6 +20,8 @@ export interface RecoverySummary {
 /** What the intents' bookkeeping takes from the executor's options (defaults applied). */
 export interface ExecutionIntentsOptions {
   db: Database
+  /** The account whose intents these are: a key is looked up, and recovered, within it. */
+  account: string
   connection?: string
   /** Bound of each write (see `boundedTransaction`) and of a key's lookup; 0 waits forever. */
   transactionTimeoutMs: number
@@ -99,10 +101,9 @@ export class ExecutionIntents {
   /** The intent of a key, read within the same bound. */
   findByKey(key: string): Promise<ExecutionIntent | null> {
     const ms = this.options.transactionTimeoutMs
-    const query = ExecutionIntent.query({ connection: this.options.connection }).where(
-      'idempotency_key',
-      key
-    )
+    const query = ExecutionIntent.query({ connection: this.options.connection })
+      .where('account', this.options.account)
+      .where('idempotency_key', key)
     return withDeadline(withStatementTimeout(query, ms).first(), ms, 'execute intent lookup')
   }
 
@@ -124,6 +125,7 @@ export class ExecutionIntents {
     const olderThan = now.minus({ milliseconds: options.olderThanMs ?? 60_000 })
     const summary: RecoverySummary = { resent: 0, succeeded: 0, failed: 0, unknown: 0, flagged: 0 }
     const intents = await ExecutionIntent.query({ connection: this.options.connection })
+      .where('account', this.options.account)
       .whereIn('state', ['pending', 'unknown'])
       .where(
         'updated_at',
@@ -187,6 +189,7 @@ export class ExecutionIntents {
       affectedRows(
         await trx
           .from(ExecutionIntent.table)
+          .where('account', this.options.account)
           .where('id', intent.id)
           .where('state', intent.state)
           .where('attempts', intent.attempts)

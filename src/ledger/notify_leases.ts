@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { hostname } from 'node:os'
 import type { Database } from '@adonisjs/lucid/database'
 import { DateTime } from 'luxon'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 import { dbDate } from '../database/dates.ts'
 import { dropIdleConnections, withStatementTimeout } from '../database/deadline.ts'
 import { affectedRows, asStored } from '../database/dialects.ts'
@@ -62,14 +63,28 @@ export class NotifyLeases {
   #toMark: number[] = []
   #marking?: Promise<void>
 
+  /** The account whose changes these are: each statement touches its rows only. */
+  readonly account: string
+
   constructor(
     private db: Database,
     private connection: string | undefined,
     /** Bound of each statement outside a transaction; 0 waits forever. */
     private timeoutMs: number,
     /** The lease this instance holds on the changes it notifies (its applier's). */
-    readonly lease: NotifyLease
-  ) {}
+    readonly lease: NotifyLease,
+    options: { account?: string } = {}
+  ) {
+    this.account = options.account ?? DEFAULT_ACCOUNT
+  }
+
+  /** The account's log rows, on the outbox's connection. */
+  #events() {
+    return this.db
+      .connection(this.connection)
+      .from(PayoutEvent.table)
+      .where('account', this.account)
+  }
 
   /** Whether this instance notifies the change now: its sweeps leave it alone. */
   holds(id: number) {
@@ -217,8 +232,7 @@ export class NotifyLeases {
       const chunk = ids.slice(start, start + ID_CHUNK)
       const until = DateTime.utc().plus({ milliseconds: this.lease.ms })
       const updated = await withStatementTimeout(
-        client
-          .from(PayoutEvent.table)
+        this.#events()
           .whereIn('id', chunk)
           .where('notify_owner', this.lease.owner)
           .whereNull('notified_at'),
@@ -235,10 +249,8 @@ export class NotifyLeases {
   /** Ends this process's lease on changes it will not fire (a hook threw, a lease was lost). */
   async letGo(ids: number[]) {
     for (const id of ids) this.#leased.delete(id)
-    const client = this.db.connection(this.connection)
     await withStatementTimeout(
-      client
-        .from(PayoutEvent.table)
+      this.#events()
         .whereIn('id', ids)
         .where('notify_owner', this.lease.owner)
         .whereNull('notified_at'),
@@ -276,8 +288,7 @@ export class NotifyLeases {
     const client = this.db.connection(this.connection)
     for (let start = 0; start < ids.length; start += ID_CHUNK) {
       await withStatementTimeout(
-        client
-          .from(PayoutEvent.table)
+        this.#events()
           .whereIn('id', ids.slice(start, start + ID_CHUNK))
           .update({ notified_at: dbDate(client, DateTime.utc()), notify_until: null }),
         ms

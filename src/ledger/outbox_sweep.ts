@@ -31,6 +31,11 @@ export class OutboxSweep {
     private notify: (change: PayoutChange<Payout>, until: DateTime) => Promise<void>
   ) {}
 
+  /** The account whose changes it takes (its leases'): another account's are never read. */
+  get #account() {
+    return this.leases.account
+  }
+
   /** One sweep (see `PayoutOutbox.renotify`): how many changes it notified. */
   renotify(options: { olderThanMs?: number; limit?: number } = {}): Promise<number> {
     // One sweep at a time, and never one that hangs (a dead connection, a listener that
@@ -100,13 +105,16 @@ export class OutboxSweep {
   #takeable<Query>(query: Query, client: QueryClientContract, olderThanMs: number): Query {
     const now = DateTime.utc()
     const before = dbDate(client, now.minus({ milliseconds: olderThanMs }))
-    return (query as any).whereNull('notified_at').where((due: any) => {
-      due
-        .where((expired: any) =>
-          expired.whereNotNull('notify_until').where('notify_until', '<', dbDate(client, now))
-        )
-        .orWhere((old: any) => old.where('created_at', '<=', before).whereNull('notify_until'))
-    })
+    return (query as any)
+      .where('account', this.#account)
+      .whereNull('notified_at')
+      .where((due: any) => {
+        due
+          .where((expired: any) =>
+            expired.whereNotNull('notify_until').where('notify_until', '<', dbDate(client, now))
+          )
+          .orWhere((old: any) => old.where('created_at', '<=', before).whereNull('notify_until'))
+      })
   }
 
   /**
@@ -127,13 +135,14 @@ export class OutboxSweep {
   async #rebuild(row: PayoutEvent): Promise<PayoutChange<Payout> | null> {
     const client = this.db.connection(this.connection)
     const found = await withStatementTimeout(
-      Payout.query({ client }).where('payout_uuid', row.payoutUuid),
+      Payout.query({ client }).where('account', this.#account).where('payout_uuid', row.payoutUuid),
       this.timeoutMs
     ).first()
     if (!found) return null
     // Its own rows only: a merged placeholder's rows moved the placeholder, not this row.
     const history = await withStatementTimeout(
       PayoutEvent.query({ client })
+        .where('account', this.#account)
         .where('payout_uuid', row.payoutUuid)
         .where('id', '<=', row.id)
         .where((own) =>

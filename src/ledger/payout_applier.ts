@@ -1,5 +1,6 @@
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 import { dbDate } from '../database/dates.ts'
 import { asStored, hasReturning, isMysql, locksRows } from '../database/dialects.ts'
 import Payout from '../models/payout.ts'
@@ -54,6 +55,7 @@ function logEntry(
   lease: TakenLease
 ) {
   return {
+    account: row.account,
     payoutUuid: row.payoutUuid,
     source: observation.source,
     eventType: observation.eventType ?? null,
@@ -76,6 +78,7 @@ function toEventColumns(
   entry: ReturnType<typeof logEntry>
 ): Record<string, unknown> {
   return {
+    account: entry.account,
     payout_uuid: entry.payoutUuid,
     source: entry.source,
     event_type: entry.eventType,
@@ -100,10 +103,16 @@ function toEventColumns(
  * outbox's part, after COMMIT.
  */
 export class PayoutApplier {
+  /** The account whose payouts this applier reads and writes: never another's rows. */
+  readonly account: string
+
   constructor(
     /** The notification lease this applier takes on the changes it writes (its outbox's). */
-    private lease: NotifyLease = { owner: leaseOwner(), ms: DEFAULT_NOTIFY_LEASE_MS }
-  ) {}
+    private lease: NotifyLease = { owner: leaseOwner(), ms: DEFAULT_NOTIFY_LEASE_MS },
+    options: { account?: string } = {}
+  ) {
+    this.account = options.account ?? DEFAULT_ACCOUNT
+  }
 
   /**
    * Applies a batch in the caller's transaction. Payouts are locked in id order
@@ -119,7 +128,7 @@ export class PayoutApplier {
       owner: this.lease.owner,
       until: DateTime.utc().plus({ milliseconds: this.lease.ms }),
     }
-    const linked = await mergePlaceholders(trx, observations)
+    const linked = await mergePlaceholders(trx, observations, this.account)
     // A merged placeholder's position goes first: its payout's own observations follow it.
     const all = [...linked.merged, ...linked.observations]
     const order = all
@@ -157,16 +166,17 @@ export class PayoutApplier {
     lease: TakenLease
   ): Promise<AppliedOutcome<Payout>> {
     const observedAt = observation.observedAt ?? DateTime.now()
+    const id = observation.payoutId
     const locate = () => {
-      const query = Payout.query({ client: trx })
-      if (isUuid(observation.payoutId)) query.where('payout_uuid', observation.payoutId)
-      else query.where('read_id', observation.payoutId).orWhere('payout_uuid', observation.payoutId)
+      const query = Payout.query({ client: trx }).where('account', this.account)
+      if (isUuid(id)) query.where('payout_uuid', id)
+      else query.where((named) => named.where('read_id', id).orWhere('payout_uuid', id))
       return locksRows(trx) ? query.forUpdate().first() : query.first()
     }
     let row = await locate()
     if (!row) {
       // Insert-or-ignore: a concurrent observation of the same new payout may win the race.
-      await insertPendingPayouts(trx, [observation])
+      await insertPendingPayouts(trx, [observation], this.account)
       row = await locate()
       if (!row) throw new Error(`payout ${observation.payoutId} could not be stored`)
     }
@@ -180,7 +190,7 @@ export class PayoutApplier {
       }
     )
     const outcome = this.#outcome(row, observation, advance, observedAt, logged.id)
-    if (outcome.change) await confirmDetectedDeposits(trx, [outcome.change])
+    if (outcome.change) await confirmDetectedDeposits(trx, [outcome.change], this.account)
     return outcome
   }
 
@@ -227,7 +237,7 @@ export class PayoutApplier {
       this.#outcome(a.snapshot, a.observation, a.advance, a.observedAt, ids[index])
     )
     const changes = outcomes.flatMap(({ change }) => (change ? [change] : []))
-    if (changes.length > 0) await confirmDetectedDeposits(trx, changes)
+    if (changes.length > 0) await confirmDetectedDeposits(trx, changes, this.account)
     return outcomes
   }
 
@@ -264,6 +274,7 @@ export class PayoutApplier {
     const resolve = async (ids: string[]) => {
       const others = ids.filter((id) => !isUuid(id))
       const query = Payout.query({ client: trx })
+        .where('account', this.account)
         .where((where) => {
           where.whereIn('payout_uuid', ids)
           if (others.length > 0) where.orWhereIn('read_id', others)
@@ -298,7 +309,7 @@ export class PayoutApplier {
       }
       const ids = missing().filter((id) => isUuid(id) === uuids)
       if (ids.length === 0) continue
-      await insertPendingPayouts(trx, ids.map(firstSighting))
+      await insertPendingPayouts(trx, ids.map(firstSighting), this.account)
       await resolve(ids)
     }
     return byId

@@ -28,6 +28,7 @@ import {
 import { idempotencyKeySchema } from '../schemas/common.ts'
 import { mapExecuteStatus } from './state_machine.ts'
 import { createEscrowDeposit } from './escrow_deposits.ts'
+import { sharedAccount } from './accounts.ts'
 import { ExecutionIntents, mayHaveLeft, type RecoverySummary } from './execution_intents.ts'
 import type { AppliedInTransaction, PayoutLedger } from './payout_ledger.ts'
 
@@ -45,6 +46,8 @@ export interface PayoutExecutorOptions {
   db: Database
   ledger: PayoutLedger
   client: Pick<PayoutsClient, 'execute'>
+  /** Its ledger's (naming another is refused): an idempotency key is unique per account. */
+  account?: string
   connection?: string
   /** Bound of the transaction that stores a response (see `boundedTransaction`). */
   transactionTimeoutMs?: number
@@ -113,8 +116,14 @@ export class PayoutExecutor {
       transactionTimeoutMs: 0,
       now: () => DateTime.now(),
       ...options,
+      account: sharedAccount(options.account, options.ledger, 'an executor'),
     }
     this.#intents = new ExecutionIntents(this.#options)
+  }
+
+  /** The account whose payouts it sends (its ledger's). */
+  get account(): string {
+    return this.#options.account
   }
 
   /**
@@ -163,6 +172,7 @@ export class PayoutExecutor {
     delete body.flow
     const serialized = JSON.stringify(body, JSON_SAFE)
     const fields = {
+      account: this.#options.account,
       idempotencyKey: options.idempotencyKey ?? randomUUID(),
       ownerId: options.ownerId ?? null,
       flow,
@@ -226,6 +236,7 @@ export class PayoutExecutor {
       const { flow, ...data } = intent.response as { flow: ExecuteResult['flow'] }
       const result = { flow, ...executeDataSchemaByFlow[flow].parse(data) } as ExecuteResult
       const payout = await PayoutModel.query({ connection: this.#options.connection })
+        .where('account', this.#options.account)
         .where('payout_uuid', intent.payoutUuid)
         .firstOrFail()
       return { result, payout, intent }
@@ -350,7 +361,8 @@ export class PayoutExecutor {
             },
           },
         ])
-        if (result.flow === 'stablecoin_to_fiat') await createEscrowDeposit(trx, result)
+        if (result.flow === 'stablecoin_to_fiat')
+          await createEscrowDeposit(trx, result, ledger.account)
         intent.useTransaction(trx)
         intent.state = 'succeeded'
         intent.payoutUuid = result.payoutId

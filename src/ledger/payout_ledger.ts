@@ -2,6 +2,7 @@ import { AsyncResource } from 'node:async_hooks'
 import type { Logger } from '@adonisjs/core/logger'
 import type { Database } from '@adonisjs/lucid/database'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 import { boundedTransaction } from '../database/deadline.ts'
 import { isDeadlock } from '../database/dialects.ts'
 import debug from '../debug.ts'
@@ -23,6 +24,11 @@ const DEADLOCK_ATTEMPTS = 3
 
 /** How a ledger is bound: its connection, its time bounds, and who is told of its commits. */
 export interface PayoutLedgerOptions {
+  /**
+   * The account whose payouts this ledger applies and notifies (`main` when absent): every
+   * row it reads or writes is that account's, so ledgers of two accounts share the tables.
+   */
+  account?: string
   /** The Lucid connection (the app's default when absent). */
   connection?: string
   /** Bound of `applyBatch`'s transaction (see `boundedTransaction`); 0 waits forever. */
@@ -76,15 +82,22 @@ export class PayoutLedger {
     this.#options = options
     // Its own owner: another ledger of this process fences its changes as another process does.
     const lease = { owner: leaseOwner(), ms: options.notifyLeaseMs ?? DEFAULT_NOTIFY_LEASE_MS }
-    this.#applier = new PayoutApplier(lease)
+    const account = { account: options.account ?? DEFAULT_ACCOUNT }
+    this.#applier = new PayoutApplier(lease, account)
     this.#outbox = new PayoutOutbox(
       db,
       listener,
       options.connection,
       options.transactionTimeoutMs ?? 0,
       lease,
-      options.logger
+      options.logger,
+      account
     )
+  }
+
+  /** The account whose payouts this ledger holds (the executor and the jobs share it). */
+  get account(): string {
+    return this.#applier.account
   }
 
   /** Applies one observation (see `applyBatch`). */

@@ -71,9 +71,11 @@ export class PayoutOutbox {
     /** The lease this instance holds on the changes it notifies (its applier's). */
     lease: NotifyLease = { owner: leaseOwner(), ms: DEFAULT_NOTIFY_LEASE_MS },
     /** Where a failure with nobody to throw to is logged (the app's logger). */
-    private logger?: Pick<Logger, 'error'>
+    private logger?: Pick<Logger, 'error'>,
+    /** `account`: whose changes it notifies and sweeps (its applier's). */
+    options: { account?: string } = {}
   ) {
-    this.#leases = new NotifyLeases(db, connection, timeoutMs, lease)
+    this.#leases = new NotifyLeases(db, connection, timeoutMs, lease, options)
     this.#sweep = new OutboxSweep(db, connection, timeoutMs, this.#leases, (change, until) =>
       this.notifyBatch({ outcomes: [{ change }], notifyUntil: until })
     )
@@ -146,6 +148,11 @@ export class PayoutOutbox {
     return this.#sweep.renotify(options)
   }
 
+  /** The account whose changes this outbox notifies. */
+  get account(): string {
+    return this.#leases.account
+  }
+
   /** An owner given to a payout whose changes went out without one: its position now. */
   async #announceOwner(result?: ApplyResult<Payout>) {
     if (!result?.ownerAttached || !this.listener.onOwnerAttached) return
@@ -159,10 +166,12 @@ export class PayoutOutbox {
    */
   async #tell(change: PayoutChange<Payout>) {
     if (!this.listener.onChange) return
-    const deposit = await depositConfirmedBy(change, this.connection).catch((error) => {
-      this.logger?.error({ err: error }, 'payouts escrow detection not read')
-      return null
-    })
+    const deposit = await depositConfirmedBy(change, this.connection, this.account).catch(
+      (error) => {
+        this.logger?.error({ err: error }, 'payouts escrow detection not read')
+        return null
+      }
+    )
     await this.listener.onChange(change, deposit)
   }
 
@@ -171,6 +180,7 @@ export class PayoutOutbox {
     const client = this.db.connection(this.connection)
     const last = await withStatementTimeout(
       PayoutEvent.query({ client })
+        .where('account', this.account)
         .where('payout_uuid', payout.payoutUuid)
         .where('applied', true)
         .orderBy('id', 'desc'),

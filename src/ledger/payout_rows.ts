@@ -5,12 +5,13 @@ import Payout from '../models/payout.ts'
 import { isUuid, type PayoutObservation } from './vocabulary.ts'
 
 /**
- * New payouts as pending rows, insert-or-ignore (another observer may win the race). Used
- * when applying and when a placeholder merges into a UUID that has no row yet.
+ * New payouts of `account` as pending rows, insert-or-ignore (another observer may win the
+ * race). Used when applying and when a placeholder merges into a UUID that has no row yet.
  */
 export async function insertPendingPayouts(
   trx: TransactionClientContract,
-  observations: PayoutObservation[]
+  observations: PayoutObservation[],
+  account: string
 ) {
   await trx
     .knexQuery()
@@ -19,6 +20,7 @@ export async function insertPendingPayouts(
       observations.map((observation) => {
         const now = dbDate(trx, observation.observedAt ?? DateTime.now())
         return {
+          account,
           payout_uuid: observation.payoutId,
           read_id:
             observation.readId ?? (isUuid(observation.payoutId) ? null : observation.payoutId),
@@ -29,8 +31,8 @@ export async function insertPendingPayouts(
         }
       })
     )
-    // Either key: a read id may belong, by the time this runs, to a row a concurrent
-    // merge just gave it; the caller then finds that row.
+    // Either key, each (account, id): a read id may belong, by the time this runs, to a row
+    // a concurrent merge just gave it; the caller then finds that row. No target, so both.
     .onConflict()
     .ignore()
 }

@@ -1,5 +1,6 @@
 import type { Database } from '@adonisjs/lucid/database'
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 import { dbDate } from '../database/dates.ts'
 import { withDeadline } from '../time_bounds.ts'
 import { withStatementTimeout } from '../database/deadline.ts'
@@ -43,6 +44,8 @@ function removableIntents(query: any) {
 /** What the pruner removes, and how. */
 export interface PrunerOptions {
   db: Database
+  /** The account whose rows it removes (`main` when absent); another's are never touched. */
+  account?: string
   connection?: string
   tables: { webhookDeliveries: string; executionIntents: string }
   /** Processed inbox rows older than this (by `processed_at`) are removed. */
@@ -82,7 +85,8 @@ interface Target {
  * app's key to the payout it made, see `removableIntents`), and dead letters only
  * when asked. Each batch is one SELECT of at most `batchSize` ids and one DELETE of those
  * ids (the condition checked again, so a row replayed in between stays): no long lock, no
- * large transaction. The ledger (`payouts`, `payout_events`) is never touched.
+ * large transaction. The ledger (`payouts`, `payout_events`) is never touched, nor the rows of
+ * another account than its own.
  */
 export class Pruner {
   #options: PrunerOptions
@@ -141,10 +145,15 @@ export class Pruner {
     return withDeadline(withStatementTimeout(query, ms), ms, what)
   }
 
+  /** The account's rows of a table, on the pruner's connection. */
+  #rows(client: QueryClientContract, table: string) {
+    return client.from(table).where('account', this.#options.account ?? DEFAULT_ACCOUNT)
+  }
+
   async #count(target: Target): Promise<number> {
     const client = this.#client()
     const rows: Array<{ total: number | string }> = await this.#bounded(
-      target.where(client.from(target.table), client).count('* as total'),
+      target.where(this.#rows(client, target.table), client).count('* as total'),
       `prune count ${target.table}`
     )
     return Number(rows[0]?.total ?? 0)
@@ -157,7 +166,7 @@ export class Pruner {
     for (;;) {
       const rows: Array<{ id: number }> = await this.#bounded(
         target
-          .where(client.from(target.table).select('id'), client)
+          .where(this.#rows(client, target.table).select('id'), client)
           .orderBy(target.orderBy)
           .orderBy('id')
           .limit(batchSize),
@@ -167,7 +176,7 @@ export class Pruner {
       const deleted = await this.#bounded<unknown>(
         target
           .where(
-            client.from(target.table).whereIn(
+            this.#rows(client, target.table).whereIn(
               'id',
               rows.map((row) => Number(row.id))
             ),
@@ -182,11 +191,15 @@ export class Pruner {
   }
 }
 
-/** The pruner of the app's config: its retention, its tables and its statement bound. */
+/**
+ * The pruner of the app's config: its account, its retention, its tables and its statement
+ * bound.
+ */
 export function createPruner(db: Database, config: PayoutsConfig): Pruner {
   const { retention, ledger } = config
   return new Pruner({
     db,
+    account: config.account,
     connection: ledger.connection,
     tables: tableNames(ledger.tablePrefix),
     ...retention,

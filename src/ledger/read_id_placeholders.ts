@@ -29,11 +29,13 @@ export interface MergedPlaceholders {
  * - its position and fields come back as one more observation of the UUID, applied before
  *   the batch's own, so the UUID's listeners hear what only the read id's listeners heard.
  * A read id the service gives to two UUIDs is not filled in (the observation still
- * applies). Costs nothing when no observation carries a read id.
+ * applies). Costs nothing when no observation carries a read id. Only `account`'s rows are
+ * read or moved: another account's placeholder of the same read id is another payout.
  */
 export async function mergePlaceholders(
   trx: TransactionClientContract,
-  observations: PayoutObservation[]
+  observations: PayoutObservation[],
+  account: string
 ): Promise<MergedPlaceholders> {
   const links = new Map<string, string>()
   for (const o of observations) {
@@ -45,6 +47,7 @@ export async function mergePlaceholders(
   // later are then all held already, and two instances still never wait in a cycle.
   const named = observations.map((o) => o.payoutId)
   const query = Payout.query({ client: trx })
+    .where('account', account)
     .where((where) => {
       where.whereIn('payout_uuid', [...new Set([...named, ...links.keys()])])
       where.orWhereIn('read_id', [
@@ -68,14 +71,18 @@ export async function mergePlaceholders(
     const observation = await placeholderAsObservation(trx, holder, uuid)
     await trx
       .from(PayoutEvent.table)
+      .where('account', account)
       .where('payout_uuid', readId)
       .update({ payout_uuid: uuid, merged_from: readId })
-    await trx.from(Payout.table).where('id', holder.id).delete()
-    if (target) await trx.from(Payout.table).where('id', target.id).update({ read_id: readId })
+    const own = () => trx.from(Payout.table).where('account', account)
+    await own().where('id', holder.id).delete()
+    if (target) await own().where('id', target.id).update({ read_id: readId })
     else
-      await insertPendingPayouts(trx, [
-        { payoutId: uuid, readId, source: 'poll', observedAt: holder.createdAt },
-      ])
+      await insertPendingPayouts(
+        trx,
+        [{ payoutId: uuid, readId, source: 'poll', observedAt: holder.createdAt }],
+        account
+      )
     if (observation) merged.push(observation)
   }
   return {
@@ -98,6 +105,7 @@ async function placeholderAsObservation(
 ): Promise<PayoutObservation | null> {
   if (placeholder.lastObservedAt === null) return null
   const last = await PayoutEvent.query({ client: trx })
+    .where('account', placeholder.account)
     .where('payout_uuid', placeholder.payoutUuid)
     .where('applied', true)
     .orderBy('id', 'desc')

@@ -2,6 +2,7 @@ import { DateTime } from 'luxon'
 import type { PayoutsClient } from '../client/payouts_client.ts'
 import type { RecipientCreateBody, RecipientUpdateBody } from '../schemas/requests.ts'
 import type { Recipient as RemoteRecipient } from '../schemas/resources.ts'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 import Recipient from '../models/recipient.ts'
 
 /** Counts of one reconciliation pass. */
@@ -16,10 +17,21 @@ export interface RecipientSyncSummary {
  * the host app's table, and `sync` reconciles with the service's list.
  */
 export class RecipientsMirror {
+  /** The account whose recipients it mirrors (its client's key): `sync` marks only its own. */
+  readonly account: string
+
   constructor(
     private client: Pick<PayoutsClient, 'recipients'>,
-    private connection?: string
-  ) {}
+    private connection?: string,
+    options: { account?: string } = {}
+  ) {
+    this.account = options.account ?? DEFAULT_ACCOUNT
+  }
+
+  /** The account's local recipients. */
+  #locals() {
+    return Recipient.query({ connection: this.connection }).where('account', this.account)
+  }
 
   async create(body: RecipientCreateBody, options: { ownerId?: string | null } = {}) {
     const remote = await this.client.recipients.create(body)
@@ -34,9 +46,7 @@ export class RecipientsMirror {
   /** Deletes remotely; the local row is kept, marked deleted, for history and joins. */
   async delete(remoteId: string) {
     await this.client.recipients.delete(remoteId)
-    const local = await Recipient.query({ connection: this.connection })
-      .where('remote_id', remoteId)
-      .first()
+    const local = await this.#locals().where('remote_id', remoteId).first()
     if (local) {
       local.deletedAt = DateTime.now()
       await local.save()
@@ -52,16 +62,14 @@ export class RecipientsMirror {
       const page = await this.client.recipients.list({ limit: 100, cursor })
       for (const remote of page.data) {
         seen.add(remote.id)
-        const existed = await Recipient.query({ connection: this.connection })
-          .where('remote_id', remote.id)
-          .first()
+        const existed = await this.#locals().where('remote_id', remote.id).first()
         await this.#upsert(remote, options.ownerId)
         if (existed) summary.updated++
         else summary.created++
       }
       cursor = page.nextCursor ?? undefined
     } while (cursor)
-    const locals = await Recipient.query({ connection: this.connection }).whereNull('deleted_at')
+    const locals = await this.#locals().whereNull('deleted_at')
     for (const local of locals) {
       if (seen.has(local.remoteId)) continue
       local.deletedAt = DateTime.now()
@@ -84,7 +92,7 @@ export class RecipientsMirror {
       syncedAt: DateTime.now(),
       ...(ownerId === undefined ? {} : { ownerId }),
     }
-    return Recipient.updateOrCreate({ remoteId: remote.id }, values, {
+    return Recipient.updateOrCreate({ account: this.account, remoteId: remote.id }, values, {
       connection: this.connection,
     })
   }

@@ -78,6 +78,8 @@ export interface PayoutObservation {
  * its Lucid rows, which have these and more; code that only reads a change needs no more.
  */
 export interface PayoutRecord {
+  /** The account the payout belongs to (every row of the ledger has one). */
+  account?: string
   payoutUuid: string
   readId: string | null
   ownerId: string | null

@@ -9,6 +9,10 @@ export default class EscrowDeposit extends BaseModel {
   @column({ isPrimary: true })
   declare id: number
 
+  /** The account of the stablecoin payout the deposit pays for. */
+  @column()
+  declare account: string
+
   @column()
   declare quoteId: string
 

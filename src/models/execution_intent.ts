@@ -22,6 +22,10 @@ export default class ExecutionIntent extends BaseModel {
   @column({ isPrimary: true })
   declare id: number
 
+  /** The account that sends it: an idempotency key is unique within its account. */
+  @column()
+  declare account: string
+
   @column({ serializeAs: null })
   declare idempotencyKey: string
 

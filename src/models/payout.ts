@@ -14,6 +14,10 @@ export default class Payout extends BaseModel {
   @column({ isPrimary: true })
   declare id: number
 
+  /** The account (API key) the payout belongs to: its ids are unique within it. */
+  @column()
+  declare account: string
+
   /** The execute UUID; the key every observation is applied on. */
   @column()
   declare payoutUuid: string
@@ -101,6 +105,10 @@ export default class Payout extends BaseModel {
   @column.dateTime({ ...utcDateTime, autoCreate: true, autoUpdate: true })
   declare updatedAt: DateTime
 
+  /*
+   * Joined on the payout id alone (a Lucid relation takes one key): with several accounts,
+   * scope a preload to the account, `preload('events', (q) => q.where('account', name))`.
+   */
   @hasMany(() => PayoutEvent, { localKey: 'payoutUuid', foreignKey: 'payoutUuid' })
   declare events: HasMany<typeof PayoutEvent>
 

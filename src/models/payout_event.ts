@@ -9,6 +9,10 @@ export default class PayoutEvent extends BaseModel {
   @column({ isPrimary: true })
   declare id: number
 
+  /** The account of the payout this row logs. */
+  @column()
+  declare account: string
+
   @column()
   declare payoutUuid: string
 

@@ -10,6 +10,10 @@ export default class Recipient extends BaseModel {
   @column({ isPrimary: true })
   declare id: number
 
+  /** The account whose key created or listed the recipient. */
+  @column()
+  declare account: string
+
   @column()
   declare remoteId: string
 

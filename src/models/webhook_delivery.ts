@@ -9,6 +9,10 @@ export default class WebhookDelivery extends BaseModel {
   @column({ isPrimary: true })
   declare id: number
 
+  /** The account whose subscription or stream delivered it: the delivery id is unique in it. */
+  @column()
+  declare account: string
+
   /** Svc-Delivery-Id (webhooks) or a content hash (WebSocket). */
   @column()
   declare deliveryId: string

@@ -60,11 +60,17 @@ export class IntentsDesk {
     private connection?: string
   ) {}
 
+  /** The account whose intents and payouts the desk shows: its executor's, which re-sends. */
+  get account(): string {
+    return this.executor.account
+  }
+
+  #intents() {
+    return ExecutionIntent.query({ connection: this.connection }).where('account', this.account)
+  }
+
   async list(states: string[], limit: number): Promise<IntentView[]> {
-    const rows = await ExecutionIntent.query({ connection: this.connection })
-      .whereIn('state', states)
-      .orderBy('id', 'desc')
-      .limit(limit)
+    const rows = await this.#intents().whereIn('state', states).orderBy('id', 'desc').limit(limit)
     const views: IntentView[] = []
     for (const intent of rows) {
       const view = this.#view(intent)
@@ -89,6 +95,7 @@ export class IntentsDesk {
     const from = intent.createdAt.minus({ minutes: 5 })
     const until = (intent.lastAttemptAt ?? intent.createdAt).plus({ hours: 24 })
     const payouts = await Payout.query({ connection: this.connection })
+      .where('account', this.account)
       .where('recipient_id', body.recipientId)
       .orderBy('id', 'desc')
       .limit(CANDIDATES_SCANNED)
@@ -103,7 +110,7 @@ export class IntentsDesk {
     )
     if (matching.length === 0) return []
     // A payout another intent holds is that intent's, not this one's.
-    const held = await ExecutionIntent.query({ connection: this.connection })
+    const held = await this.#intents()
       .whereIn(
         'payout_uuid',
         matching.map((payout) => payout.payoutUuid)
@@ -148,7 +155,7 @@ export class IntentsDesk {
   }
 
   async #unsettled(id: number, verb: string) {
-    const intent = await ExecutionIntent.find(id, { connection: this.connection })
+    const intent = await this.#intents().where('id', id).first()
     if (!intent) throw new Error(`No execution intent with id ${id}; nothing ${verb}`)
     if (!UNSETTLED.includes(intent.state)) {
       throw new Error(

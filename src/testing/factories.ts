@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import factory from '@adonisjs/lucid/factories'
 import { DateTime } from 'luxon'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 import { PROCESSING_STEPS, type PayoutStatus, type PayoutStep } from '../schemas/common.ts'
 import { isTerminal } from '../ledger/state_machine.ts'
 // Through main.ts: the models are pointed at the app's tables as they load.
@@ -74,7 +75,8 @@ function moveTo(payout: Payout, position: FactoryPosition) {
  * a UUID, decimal-string amounts. States: `pending`, `processing` (at `collected`; merge
  * another step, e.g. `.merge({ step: 'converting' })`, and it is kept), `completed`,
  * `failed` (at `collected`, or the merged step), `cancelled` (while pending); flows
- * `fiatToFiat`, `stablecoinToFiat`, `onramp`. Relation `events`: its log (see `payoutPath`).
+ * `fiatToFiat`, `stablecoinToFiat`, `onramp`. Relation `events`: its log (see `payoutPath`),
+ * in the payout's account (`main`; `.merge({ account: 'eu' })` for another).
  */
 export const PayoutFactory = factory
   .define(Payout, ({ faker }) => {
@@ -83,6 +85,7 @@ export const PayoutFactory = factory
     const converted = (Number(source) * Number(rate)).toFixed(2)
     const now = DateTime.now()
     return {
+      account: DEFAULT_ACCOUNT,
       payoutUuid: randomUUID(),
       readId: null,
       ownerId: `owner-${faker.string.alphanumeric(8)}`,
@@ -147,6 +150,7 @@ const eventsMade = new WeakMap<Payout, number>()
  */
 export const PayoutEventFactory = factory
   .define(PayoutEvent, ({ faker }) => ({
+    account: DEFAULT_ACCOUNT,
     payoutUuid: randomUUID(),
     source: 'webhook',
     eventType: 'payout.status.updated',
@@ -171,6 +175,8 @@ export const PayoutEventFactory = factory
     // The payout this event is made for, through the `events` relation.
     const payout = (builder as { parent?: unknown }).parent
     if (!(payout instanceof Payout)) return
+    // The payout's log is in the payout's account.
+    event.account = payout.account
     const path = payoutPath({ status: payout.status, step: payout.step })
     const index = eventsMade.get(payout) ?? 0
     eventsMade.set(payout, index + 1)
@@ -193,6 +199,7 @@ export const PayoutEventFactory = factory
 /** A payee mirrored from the service: a UUID remote id, an MXN bank account. State `deleted`. */
 export const RecipientFactory = factory
   .define(Recipient, ({ faker }) => ({
+    account: DEFAULT_ACCOUNT,
     remoteId: randomUUID(),
     ownerId: null,
     name: faker.person.fullName(),
@@ -225,6 +232,7 @@ export const WebhookDeliveryFactory = factory
       data: { payoutId: randomUUID(), status: 'processing', step: 'compliance_cleared' },
     }
     return {
+      account: DEFAULT_ACCOUNT,
       deliveryId: `dlv_${faker.string.alphanumeric(20)}`,
       eventType: body.type,
       rawBody: Buffer.from(JSON.stringify(body)).toString('base64'),
