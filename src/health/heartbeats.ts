@@ -7,6 +7,7 @@ import { dropIdleConnections, withStatementTimeout } from '../database/deadline.
 import { tableNames } from '../database/schema.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import debug from '../debug.ts'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 
 /** What beats: the worker's loop and each job (a command's run of a job included). */
 export type HeartbeatName = 'worker' | 'job:reconcile' | 'job:escrow' | 'job:recover' | 'job:prune'
@@ -17,7 +18,9 @@ export const WORKER_BEAT_EVERY_MS = 15_000
 /** A source expected to run is overdue after this many of its intervals without a beat. */
 export const MISSED_INTERVALS = 3
 
-type HeartbeatsConfig = Pick<PayoutsConfig, 'ledger' | 'health'>
+/** `account`: whose beats these are (`main` when the config names none). */
+type HeartbeatsConfig = Pick<PayoutsConfig, 'ledger' | 'health'> &
+  Partial<Pick<PayoutsConfig, 'account'>>
 
 /** Where beats go, and where a failed one is logged. */
 export interface HeartbeatsOptions {
@@ -29,8 +32,9 @@ export interface HeartbeatsOptions {
 }
 
 /**
- * The `heartbeats` table: one row per source (`worker`, `job:escrow`, ...) with the last
- * process that beat and when (UTC), upserted on every store. A beat is bounded by
+ * The `heartbeats` table: one row per account and source (`worker`, `job:escrow`, ...) with
+ * the last process that beat and when (UTC), upserted on every store. Each account's worker
+ * and jobs beat under `config.account`: one account's running worker hides no other's. A beat is bounded by
  * `health.timeoutMs` and never rejects: a database that fails or stalls is logged, and the
  * job or the worker goes on. Health reads the rows to tell a dead worker or stopped jobs.
  */
@@ -71,12 +75,17 @@ export class Heartbeats {
     try {
       const client = this.#client()
       const table = tableNames(config.ledger.tablePrefix).heartbeats
-      const row = { name, owner: this.owner, beat_at: dbDate(client, new Date(at)) }
+      const row = {
+        account: config.account ?? DEFAULT_ACCOUNT,
+        name,
+        owner: this.owner,
+        beat_at: dbDate(client, new Date(at)),
+      }
       const upsert = client
         .knexQuery()
         .table(table)
         .insert(row)
-        .onConflict('name')
+        .onConflict(['account', 'name'])
         .merge(['owner', 'beat_at'])
       await withDeadline(
         Promise.resolve(withStatementTimeout(upsert, ms)),
@@ -123,13 +132,21 @@ export function expectedBeats(config: Pick<PayoutsConfig, 'jobs' | 'webhook'>): 
   return expected
 }
 
-/** Every source's last beat (UTC), read in one statement under `timeoutMs`. */
+/**
+ * Every source's last beat (UTC) in one account (`options.account`, default `main`), read in
+ * one statement under `timeoutMs`.
+ */
 export async function readBeats(
   client: QueryClientContract,
   table: string,
-  timeoutMs: number
+  timeoutMs: number,
+  options: { account?: string } = {}
 ): Promise<Map<string, Date>> {
-  const rows = await withStatementTimeout(client.from(table).select('name', 'beat_at'), timeoutMs)
+  const own = client
+    .from(table)
+    .where('account', options.account ?? DEFAULT_ACCOUNT)
+    .select('name', 'beat_at')
+  const rows = await withStatementTimeout(own, timeoutMs)
   const beats = new Map<string, Date>()
   for (const row of rows as Array<{ name: string; beat_at: unknown }>) {
     const at = fromDbDate(client, row.beat_at)

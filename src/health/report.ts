@@ -5,6 +5,7 @@ import { dbDate, fromDbDate } from '../database/dates.ts'
 import { isDeadlineError, withDeadline } from '../time_bounds.ts'
 import { dropIdleConnections, withStatementTimeout } from '../database/deadline.ts'
 import { tableNames } from '../database/schema.ts'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import type { Reachability } from './reachability.ts'
 import type {
@@ -20,10 +21,17 @@ import { expectedBeats, MISSED_INTERVALS, readBeats, type HeartbeatName } from '
 
 type Threshold = { warning: number | null; error: number | null }
 
+/** `account`: whose rows and beats the report reads (`main` when the config names none). */
 type HealthConfig = Pick<
   PayoutsConfig,
   'baseUrl' | 'ledger' | 'jobs' | 'events' | 'health' | 'webhook'
->
+> &
+  Partial<Pick<PayoutsConfig, 'account'>>
+
+/** The account a config is for. */
+function accountOf(config: HealthConfig): string {
+  return config.account ?? DEFAULT_ACCOUNT
+}
 
 /** The verdict of a value against its threshold: error first, then warning. */
 export function verdictOf(value: number | null, threshold: Threshold): Verdict {
@@ -113,7 +121,8 @@ interface Gate {
 
 /**
  * Reads the ledger's lines from the plugin's tables (one statement per measure, each under
- * the report's bound), and the heartbeats.
+ * the report's bound), and the heartbeats: the config's account's rows only, so each
+ * account's report counts its own backlog, dead letters and beats.
  */
 async function ledgerLines(
   client: QueryClientContract,
@@ -124,23 +133,26 @@ async function ledgerLines(
 ) {
   const t = tableNames(config.ledger.tablePrefix)
   const h = config.health
+  const account = accountOf(config)
+  const own = (table: string) => client.from(table).where('account', account)
   const bounded = <Query extends { timeout(ms: number): Query }>(query: Query): Query => {
     if (gate.expired) throw new Error('the health report was given up')
     return withStatementTimeout(query, h.timeoutMs)
   }
   const count = async (table: string, where: (q: any) => void) => {
-    const query = client.from(table)
+    const query = own(table)
     where(query)
     const row = await bounded(query.count('* as total')).first()
     return Number(row?.total ?? 0)
   }
-  const lastRow = await bounded(client.from(t.webhookDeliveries).max('received_at as at')).first()
+  const lastRow = await bounded(own(t.webhookDeliveries).max('received_at as at')).first()
   const last = fromDbDate(client, lastRow?.at)?.toJSDate() ?? null
   const { rows: backlog, oldestAgeMs: oldestMs } = await readInboxBacklog(
     client,
     t.webhookDeliveries,
     now,
-    bounded
+    bounded,
+    { account }
   )
   const stuckBefore = dbDate(client, new Date(now - config.jobs.stuckAfterMs))
   const dead = await count(t.webhookDeliveries, (q) => q.where('state', 'dead'))
@@ -152,7 +164,7 @@ async function ledgerLines(
     q.whereIn('status', ['pending', 'processing']).where('created_at', '<', stuckBefore)
   )
   if (gate.expired) throw new Error('the health report was given up')
-  const beats = await readBeats(client, t.heartbeats, h.timeoutMs)
+  const beats = await readBeats(client, t.heartbeats, h.timeoutMs, { account })
   const sinceLastMs = last ? Math.max(0, now - last.getTime()) : null
   const lines: Omit<HealthLines, 'reachability' | 'database'> = {
     inboxBacklog: line(backlog, h.inboxBacklog, `${backlog} inbox rows not processed`),
@@ -273,6 +285,7 @@ export async function readHealth(sources: HealthSources): Promise<PayoutsHealthR
   return {
     status,
     message: problems.length ? problems.join('; ') : 'all checks ok',
+    account: accountOf(sources.config),
     environment: sources.environment,
     eventSources: sources.config.events.sources,
     lastEventReceivedAt: ledger?.lastEventReceivedAt ?? null,

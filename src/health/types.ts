@@ -62,6 +62,8 @@ export interface PayoutsHealthReport {
   status: Verdict
   /** The messages of the lines that are not ok, joined; "all checks ok" otherwise. */
   message: string
+  /** The account reported on (`config.account`): a listing of several accounts names each. */
+  account: string
   environment: 'sandbox' | 'production'
   eventSources: PayoutsConfig['events']['sources']
   /** When the inbox last stored a delivery, ISO; null when never. */

@@ -30,10 +30,15 @@ const STATEMENT_MS = 5000
 /** How long `stop()` waits for the read in hand; that read then ends on its own, sending nothing. */
 const STOP_MS = 2000
 
-/** What the relay needs: the database, where to broadcast, its interval and bounds. */
+/** What the relay needs: the database, its account, where to broadcast, its interval, bounds. */
 export interface BroadcastRelayOptions {
   db: Database
   connection?: string
+  /**
+   * The account whose changes it broadcasts (`config.account`, default `main`): each
+   * account's service runs a relay of its own, and hears nothing of the others.
+   */
+  account?: string
   /** Where its changes go: to this process's subscribers only (`local`), never to a transport. */
   notifier: Pick<PayoutsNotifier, 'broadcast'>
   logger: Logger
@@ -42,6 +47,7 @@ export interface BroadcastRelayOptions {
   /**
    * The channel the committing processes NOTIFY (`changesChannel`): on PostgreSQL the relay
    * LISTENs on it and reads at once on a notice; its poll goes on, every second at the least.
+   * The accounts share it: a notice wakes every account's relay, each reads its own changes.
    */
   channel?: string
   /**
@@ -66,6 +72,8 @@ export interface BroadcastRelayOptions {
  * back), so no change is skipped and none is sent twice. A read moves the cursor only once
  * everything it needs was read. It starts at the newest change: what was applied before it
  * started is not sent. On PostgreSQL, with a `channel`, a NOTIFY after each commit wakes it.
+ * It broadcasts the changes of its account only (`account`); its cursor moves over every
+ * account's ids, so another account's commits leave no gap to wait for.
  */
 export class BroadcastRelay {
   /** Statements the relays of this process ran (diagnostics: the bench's relay cost). */
@@ -92,6 +100,7 @@ export class BroadcastRelay {
     this.#options = options
     this.#cursor = new RelayCursor(options.gapWaitMs)
     this.#reads = new RelayReads({
+      account: options.account,
       bounded: (query) => this.#bounded(query),
       known: (key) => this.#relayed.get(key),
     })
@@ -225,7 +234,9 @@ export class BroadcastRelay {
     if (step.expired.length > 0) debug('relay: %d gaps given up', step.expired.length)
     // Rows of one payout commit in id order (its row is locked): id order keeps its order.
     const rows = [...filled, ...fresh].sort((a, b) => a.id - b.id)
-    const relevant = rows.filter((row) => row.applied || this.#ownerless.has(row.payoutUuid))
+    const relevant = rows.filter(
+      (row) => this.#reads.owns(row) && (row.applied || this.#ownerless.has(row.payoutUuid))
+    )
     await this.#options.afterRead?.()
     const loaded = relevant.length === 0 ? null : await this.#reads.load(this.#client(), relevant)
     cursor.commit(step)

@@ -1,6 +1,7 @@
 import type { Database } from '@adonisjs/lucid/database'
 import { fromDbDate } from '../database/dates.ts'
 import { tableNames } from '../database/schema.ts'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import type { InboxStore } from '../webhooks/inbox_store.ts'
 
@@ -16,12 +17,12 @@ export interface InboxDeliveryView {
 }
 
 /**
- * Reads stored inbox deliveries, newest first, by state and/or delivery id; for the
- * commands that show the inbox or check a `--id` before replaying it.
+ * Reads the config's account's stored inbox deliveries, newest first, by state and/or
+ * delivery id; for the commands that show the inbox or check a `--id` before replaying it.
  */
 export async function listInboxDeliveries(
   db: Database,
-  config: Pick<PayoutsConfig, 'ledger'>,
+  config: Pick<PayoutsConfig, 'ledger'> & Partial<Pick<PayoutsConfig, 'account'>>,
   filter: { states?: string[]; ids?: string[]; limit?: number }
 ): Promise<InboxDeliveryView[]> {
   const table = tableNames(config.ledger.tablePrefix).webhookDeliveries
@@ -29,6 +30,7 @@ export async function listInboxDeliveries(
   const query = client
     .from(table)
     .select('delivery_id', 'event_type', 'source', 'state', 'attempts', 'last_error', 'received_at')
+    .where('account', config.account ?? DEFAULT_ACCOUNT)
     .orderBy('received_at', 'desc')
     .orderBy('id', 'desc')
   if (filter.states?.length) query.whereIn('state', filter.states)

@@ -1,4 +1,5 @@
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 import debug from '../debug.ts'
 import type { ReplayedRow } from '../ledger/change_replay.ts'
 import type { PayoutPosition } from '../ledger/state_machine.ts'
@@ -12,8 +13,8 @@ const GAPS_PER_READ = 50
 /** The newest ids read at start: a transaction still open then may commit one of their gaps. */
 const START_WINDOW = 1000
 
-/** The log columns the cursor reads. */
-const LOG_COLUMNS = ['id', 'payout_uuid', 'applied', 'merged_from']
+/** The log columns the cursor reads (the account: only its own rows go out). */
+const LOG_COLUMNS = ['id', 'account', 'payout_uuid', 'applied', 'merged_from']
 /** The log columns a replay reads (`ReplayedRow`). */
 const REPLAY_COLUMNS = [...LOG_COLUMNS, 'status', 'step', 'source', 'observed_at']
 /** The payout columns a broadcast reads (`toChangedEvent`, the owner announcement). */
@@ -31,7 +32,7 @@ const PAYOUT_COLUMNS = [
 ]
 
 /** A log row as the relay's cursor reads it. */
-export type LogRow = Pick<PayoutEvent, 'id' | 'payoutUuid' | 'applied' | 'mergedFrom'>
+export type LogRow = Pick<PayoutEvent, 'id' | 'account' | 'payoutUuid' | 'applied' | 'mergedFrom'>
 /** A log row as a replay reads it, with its payout. */
 export type HistoryRow = ReplayedRow & { payoutUuid: string }
 
@@ -53,9 +54,14 @@ export interface Loaded {
 /** Puts one statement under the relay's bound (and counts it). */
 export type Bounded = <Query extends { timeout(ms: number): Query }>(query: Query) => Query
 
-/** What the relay's reads need: the statements' bound and the positions it relayed last. */
+/**
+ * What the relay's reads need: the statements' bound, the positions it relayed last, and the
+ * account it follows.
+ */
 export interface RelayReadsOptions {
   bounded: Bounded
+  /** Whose changes it loads for a broadcast (default `main`). */
+  account?: string
   /** The position last relayed under a `positionKey`, if it is still remembered. */
   known: (key: string) => Relayed | undefined
 }
@@ -69,14 +75,27 @@ export function positionKey(row: Pick<LogRow, 'payoutUuid' | 'mergedFrom'>) {
  * The relay's statements on the ledger, each bounded: the newest ids at start, the rows after
  * the frontier, the rows that appeared in its gaps, and what a broadcast of some rows needs
  * (their payouts and logs). Nothing here moves the relay: it only reads.
+ *
+ * The cursor's reads (`newest`, `after`, `inGaps`) see the log rows of every account: the
+ * log's ids are one sequence across accounts, and an id another account committed, were it
+ * unseen, would be a gap read back on every tick until its wait ran out. They read the
+ * account of each row, and the relay keeps its own. What a broadcast loads (`load`: payouts
+ * and their logs) is of the relay's account only.
  */
 export class RelayReads {
   #bounded: Bounded
   #known: (key: string) => Relayed | undefined
+  readonly account: string
 
   constructor(options: RelayReadsOptions) {
     this.#bounded = options.bounded
     this.#known = options.known
+    this.account = options.account ?? DEFAULT_ACCOUNT
+  }
+
+  /** Whether a log row is of the relay's account (the others only move its cursor). */
+  owns(row: Pick<LogRow, 'account'>): boolean {
+    return row.account === this.account
   }
 
   /** The newest ids of the log, ascending (at most `START_WINDOW`). */
@@ -141,7 +160,10 @@ export class RelayReads {
     for (let start = 0; start < moved.length; start += BATCH) {
       const ids = moved.slice(start, start + BATCH).map((row) => row.id)
       const found: LogRow[] = await this.#bounded(
-        PayoutEvent.query({ client }).select(LOG_COLUMNS).whereIn('id', ids)
+        PayoutEvent.query({ client })
+          .select(LOG_COLUMNS)
+          .where('account', this.account)
+          .whereIn('id', ids)
       )
       for (const row of found) now.set(row.id, row)
     }
@@ -187,11 +209,15 @@ export class RelayReads {
       const since = chunk.filter((uuid) => after.get(uuid)! > 0)
       const [found, events] = await Promise.all([
         this.#bounded(
-          Payout.query({ client }).select(PAYOUT_COLUMNS).whereIn('payout_uuid', chunk)
+          Payout.query({ client })
+            .select(PAYOUT_COLUMNS)
+            .where('account', this.account)
+            .whereIn('payout_uuid', chunk)
         ),
         this.#bounded(
           PayoutEvent.query({ client })
             .select(REPLAY_COLUMNS)
+            .where('account', this.account)
             .where((own) => {
               if (whole.length > 0) own.orWhereIn('payout_uuid', whole)
               for (const uuid of since) {

@@ -1,4 +1,5 @@
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 import { fromDbDate } from '../database/dates.ts'
 
 /** The states of a stored delivery not processed yet (due, being processed, or failed once). */
@@ -12,16 +13,20 @@ export interface InboxBacklog {
 }
 
 /**
- * Reads the backlog with two statements along the `(state, ...)` index, each passed through
+ * Reads the backlog of one account (`options.account`, default `main`: the accounts share
+ * the table) with two statements along the `(state, ...)` index, each passed through
  * `bounded` (the caller's statement timeout): health's inbox lines and the backlog gauges.
  */
 export async function readInboxBacklog(
   client: QueryClientContract,
   table: string,
   now: number,
-  bounded: <Query extends { timeout(ms: number): Query }>(query: Query) => Query
+  bounded: <Query extends { timeout(ms: number): Query }>(query: Query) => Query,
+  options: { account?: string } = {}
 ): Promise<InboxBacklog> {
-  const unprocessed = () => client.from(table).whereIn('state', UNPROCESSED_STATES)
+  const account = options.account ?? DEFAULT_ACCOUNT
+  const unprocessed = () =>
+    client.from(table).where('account', account).whereIn('state', UNPROCESSED_STATES)
   const oldestRow = await bounded(unprocessed().min('received_at as at')).first()
   const countRow = await bounded(unprocessed().count('* as total')).first()
   const oldest = fromDbDate(client, oldestRow?.at)?.toJSDate() ?? null
@@ -31,16 +36,24 @@ export async function readInboxBacklog(
   }
 }
 
-/** What `sampleBacklog` reads with: the database, the inbox's table, the statements' bound. */
+/**
+ * What `sampleBacklog` reads with: the database, the inbox's table, the statements' bound,
+ * and the account sampled (`config.account`; default `main`).
+ */
 export interface BacklogSource {
   client: () => QueryClientContract
   table: string
   timeoutMs: number
+  account?: string
 }
 
-/** Reads the backlog now, each statement bounded by `timeoutMs`. */
+/** Reads the account's backlog now, each statement bounded by `timeoutMs`. */
 export function readBacklogNow(source: BacklogSource): Promise<InboxBacklog> {
-  return readInboxBacklog(source.client(), source.table, Date.now(), (query) =>
-    source.timeoutMs > 0 ? query.timeout(source.timeoutMs) : query
+  return readInboxBacklog(
+    source.client(),
+    source.table,
+    Date.now(),
+    (query) => (source.timeoutMs > 0 ? query.timeout(source.timeoutMs) : query),
+    { account: source.account }
   )
 }

@@ -5,6 +5,7 @@ import { boundedTransaction, withStatementTimeout } from '../database/deadline.t
 import {
   batches,
   MAX_BATCH,
+  own,
   type InboxContext,
   type InboxRow,
   type InboxVerdict,
@@ -52,6 +53,16 @@ function due<Query>(query: Query, client: QueryClientContract, now: Date): Query
   })
 }
 
+/** The context's table through `client`, narrowed to its account's rows. */
+function rowsOf(context: InboxContext, client: QueryClientContract) {
+  return own(context, client.from(context.table))
+}
+
+/** The same, as a knex query (the statements with RETURNING or row locks). */
+function knexRowsOf(context: InboxContext, client: QueryClientContract) {
+  return own(context, client.knexQuery().table(context.table))
+}
+
 /** The row, while the claim that read it holds: still `processing`, at the same attempt. */
 function held<Query>(query: Query, row: Pick<InboxRow, 'id' | 'attempts'>): Query {
   return (query as any)
@@ -68,11 +79,10 @@ export async function claimDue(
   leaseMs: number
 ): Promise<InboxRow[]> {
   const client = context.client()
-  const table = context.table
   const candidates: Array<{ id: number; state: string; attempts: number }> =
     await processingTimeout(
       context,
-      due(client.from(table).select('id', 'state', 'attempts'), client, now)
+      due(rowsOf(context, client).select('id', 'state', 'attempts'), client, now)
         .orderBy('id', 'asc')
         .limit(limit)
     )
@@ -83,13 +93,10 @@ export async function claimDue(
     // One statement claims the batch. The due condition is checked again inside it, so a
     // row another instance claimed in between (its lease now in the future) is skipped.
     const claimedRows: any[] = await due(
-      client
-        .knexQuery()
-        .table(table)
-        .whereIn(
-          'id',
-          candidates.map((candidate) => candidate.id)
-        ),
+      knexRowsOf(context, client).whereIn(
+        'id',
+        candidates.map((candidate) => candidate.id)
+      ),
       client,
       now
     )
@@ -104,14 +111,13 @@ export async function claimDue(
 
   const claimed: InboxRow[] = []
   for (const candidate of candidates) {
-    const updated = await client
-      .from(table)
+    const updated = await rowsOf(context, client)
       .where('id', candidate.id)
       .where('state', candidate.state)
       .where('attempts', candidate.attempts)
       .update({ state: 'processing', next_attempt_at: lease, attempts: candidate.attempts + 1 })
     if (affectedRows(updated) !== 1) continue
-    const row = await client.from(table).where('id', candidate.id).first()
+    const row = await rowsOf(context, client).where('id', candidate.id).first()
     // Deleted between the claim and the read (pruning, an operator): nothing to process.
     if (!row) continue
     claimed.push(toInboxRow(row))
@@ -137,15 +143,14 @@ export async function processDueInTransaction(
     { timeoutMs, what: 'inbox processing', writes: context.table },
     async (trx) => {
       const claimed = batches(context, trx)
-        ? await claimReturning(context.table, trx, now, limit)
-        : await claimLocking(context.table, trx, now, limit)
+        ? await claimReturning(context, trx, now, limit)
+        : await claimLocking(context, trx, now, limit)
       if (claimed.length === 0) return null
       const rows = claimed.map(toInboxRow).sort((x, y) => x.id - y.id)
       const verdicts = await work(trx, rows)
       for (const [index, verdict] of verdicts.entries()) {
         if (verdict.state === 'processed' && verdict.note === null) continue
-        await trx
-          .from(context.table)
+        await rowsOf(context, trx)
           .where('id', rows[index].id)
           .update({
             state: verdict.state,
@@ -169,21 +174,32 @@ function claimedColumns(trx: TransactionClientContract, now: Date) {
   }
 }
 
+/** The CTE of `claimReturning`: the due rows it picked. */
+const PICKED = 'inbox_picked'
+
 /**
- * Claimed in one statement (the job-queue form): the subquery picks due rows in id order
- * and, on PostgreSQL, locks them, skipping rows another instance holds.
+ * Claimed in one statement (the job-queue form): a materialized CTE picks due rows in id
+ * order and, on PostgreSQL, locks them, skipping rows another instance holds. Materialized,
+ * so it is picked once: as a plain `id IN (subquery)`, PostgreSQL may plan a nested loop
+ * that runs the subquery again for each row it updates, and each run, skipping the rows the
+ * statement has just updated, picks `limit` more (the batch would take every due row).
  */
 async function claimReturning(
-  table: string,
+  context: InboxContext,
   trx: TransactionClientContract,
   now: Date,
   limit: number
 ) {
-  const candidates = due(trx.knexQuery().table(table).select('id'), trx, now)
+  const candidates = due(knexRowsOf(context, trx).select('id'), trx, now)
     .orderBy('id', 'asc')
     .limit(limit)
   if (locksRows(trx)) candidates.forUpdate().skipLocked()
-  const claimed: any[] = await due(trx.knexQuery().table(table).whereIn('id', candidates), trx, now)
+  const picked = trx.knexQuery().from(PICKED).select('id')
+  const claimed: any[] = await due(
+    knexRowsOf(context, trx).withMaterialized(PICKED, candidates).whereIn('id', picked),
+    trx,
+    now
+  )
     .update(claimedColumns(trx, now))
     .returning(CLAIMED_COLUMNS)
   return claimed
@@ -197,17 +213,18 @@ async function claimReturning(
  * `(state, next_attempt_at)` index instead, stopping at `limit`: new rows (pending, no
  * lease) come in id order, then due retries and expired leases in due order. A read
  * sorted by id across them all would lock every due row, and leave the other instances
- * nothing to take.
+ * nothing to take. Rows of other accounts met along the index are not this claim's: at READ
+ * COMMITTED their locks are released once the account does not match.
  */
 async function claimLocking(
-  tableName: string,
+  context: InboxContext,
   trx: TransactionClientContract,
   now: Date,
   limit: number
 ) {
   const pick = (query: any, count: number): Promise<any[]> =>
     query.select(CLAIMED_COLUMNS).limit(count).forUpdate().skipLocked()
-  const table = () => trx.knexQuery().table(tableName)
+  const table = () => knexRowsOf(context, trx)
   const picked = await pick(
     table().where('state', 'pending').whereNull('next_attempt_at').orderBy('id', 'asc'),
     limit
@@ -249,7 +266,7 @@ export async function processClaimed<T>(
     context.client(),
     { timeoutMs, what: 'inbox processing', writes: context.table },
     async (trx) => {
-      const marked = await held(trx.from(context.table), row).update({
+      const marked = await held(rowsOf(context, trx), row).update({
         state: 'processed',
         processed_at: dbDate(trx, now),
         next_attempt_at: null,
@@ -258,8 +275,7 @@ export async function processClaimed<T>(
       if (affectedRows(marked) !== 1) return null
       const { note, value } = await work(trx)
       if (note !== null) {
-        await trx
-          .from(context.table)
+        await rowsOf(context, trx)
           .where('id', row.id)
           .update({ last_error: note.slice(0, 2000) })
       }
@@ -281,8 +297,7 @@ export async function renewLeases(
     const chunk = rows.slice(start, start + MAX_BATCH)
     const updated = await processingTimeout(
       context,
-      client
-        .from(context.table)
+      rowsOf(context, client)
         .where('state', 'processing')
         .where((heldRows) => {
           for (const row of chunk) {
@@ -299,7 +314,7 @@ export async function renewLeases(
 export async function markProcessed(context: InboxContext, ids: number[], note: string | null) {
   if (ids.length === 0) return
   const client = context.client()
-  await processingTimeout(context, client.from(context.table).whereIn('id', ids)).update({
+  await processingTimeout(context, rowsOf(context, client).whereIn('id', ids)).update({
     state: 'processed',
     processed_at: dbDate(client),
     next_attempt_at: null,
@@ -316,7 +331,7 @@ export async function markFailed(
   claim?: { attempts: number }
 ) {
   const client = context.client()
-  const query = client.from(context.table).where('id', id)
+  const query = rowsOf(context, client).where('id', id)
   if (claim) query.where('state', 'processing').where('attempts', claim.attempts)
   await processingTimeout(context, query).update({
     state: retryAt ? 'failed' : 'dead',

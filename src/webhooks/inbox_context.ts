@@ -1,5 +1,6 @@
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
 import { hasReturning } from '../database/dialects.ts'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 
 /** A delivery as the route hands it to the inbox. */
 export interface InboxDeliveryInput {
@@ -34,6 +35,11 @@ export type InboxVerdict =
 /** How an `InboxStore` runs its statements. */
 export interface InboxStoreOptions {
   /**
+   * The account whose deliveries it stores and processes (`config.account`): accounts share
+   * the table, each store sees its own rows only. Default `main`.
+   */
+  account?: string
+  /**
    * Forces row-by-row inserts and leased claims (the path a failed batch takes), for
    * tests of that path on every dialect.
    */
@@ -47,9 +53,11 @@ export interface InboxStoreOptions {
   transactionTimeoutMs?: number
 }
 
-/** What the inbox's queries share: its table, its options, and its connection. */
+/** What the inbox's queries share: its table, its account, its options, and its connection. */
 export interface InboxContext {
   table: string
+  /** Every statement reads and writes this account's rows only. */
+  account: string
   options: InboxStoreOptions
   /** The inbox's connection, looked up anew at each use. */
   client(): QueryClientContract
@@ -61,4 +69,18 @@ export const MAX_BATCH = 200
 /** Multi-row statements with RETURNING here (not MySQL, nor when row by row is forced). */
 export function batches(context: InboxContext, client: QueryClientContract): boolean {
   return !context.options.rowByRow && hasReturning(client)
+}
+
+/** The account of a store's options: `main` when none is named. */
+export function accountOf(options: { account?: string }): string {
+  return options.account ?? DEFAULT_ACCOUNT
+}
+
+/**
+ * `query` narrowed to the context's account. Ids are unique across accounts, but a filter on
+ * each statement keeps one account's store from ever touching another's rows, whatever it
+ * is handed.
+ */
+export function own<Query>(context: Pick<InboxContext, 'account'>, query: Query): Query {
+  return (query as any).where('account', context.account)
 }

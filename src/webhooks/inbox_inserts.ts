@@ -8,7 +8,13 @@ import {
   dropIdleConnections,
   withStatementTimeout,
 } from '../database/deadline.ts'
-import { batches, MAX_BATCH, type InboxContext, type InboxDeliveryInput } from './inbox_context.ts'
+import {
+  batches,
+  MAX_BATCH,
+  own,
+  type InboxContext,
+  type InboxDeliveryInput,
+} from './inbox_context.ts'
 
 interface PendingInsert {
   input: InboxDeliveryInput
@@ -127,14 +133,18 @@ export class InboxInserts {
     )
   }
 
-  /** The delivery ids one `INSERT ... ON CONFLICT DO NOTHING RETURNING` stored. */
+  /**
+   * The delivery ids one `INSERT ... ON CONFLICT DO NOTHING RETURNING` stored. The conflict
+   * target is the unique key, `(account, delivery_id)`: every row here is of this account,
+   * so a returned id is one of its own.
+   */
   async #insertReturning(client: QueryClientContract, rows: Array<{ delivery_id: string }>) {
     const inserted: Array<{ delivery_id: string }> = await this.#statementTimeout(
       client
         .knexQuery()
         .table(this.context.table)
         .insert(rows)
-        .onConflict('delivery_id')
+        .onConflict(['account', 'delivery_id'])
         .ignore()
         .returning('delivery_id')
     )
@@ -142,10 +152,11 @@ export class InboxInserts {
   }
 
   /**
-   * MySQL has no RETURNING: in one transaction, the ids already stored are read and the
-   * others inserted in one INSERT (not `INSERT IGNORE`, which would also turn a refused
-   * value into a stored default). A delivery another instance stores in between fails that
-   * INSERT as a duplicate: the batch is then stored row by row, each row told its outcome.
+   * MySQL has no RETURNING: in one transaction, the ids this account already stored are read
+   * (another account's same id is no duplicate) and the others inserted in one INSERT (not
+   * `INSERT IGNORE`, which would also turn a refused value into a stored default). A
+   * delivery another instance stores in between fails that INSERT as a duplicate of
+   * `(account, delivery_id)`: the batch is then stored row by row, each row told its outcome.
    */
   async #insertIgnoring(client: QueryClientContract, rows: Array<{ delivery_id: string }>) {
     const ids = rows.map((row) => row.delivery_id)
@@ -156,11 +167,10 @@ export class InboxInserts {
         { timeoutMs, what: 'inbox insert', writes: this.context.table },
         async (trx) => {
           const existing: Array<{ delivery_id: string }> = await this.#statementTimeout(
-            trx
-              .knexQuery()
-              .table(this.context.table)
-              .select('delivery_id')
-              .whereIn('delivery_id', ids)
+            own(
+              this.context,
+              trx.knexQuery().table(this.context.table).select('delivery_id')
+            ).whereIn('delivery_id', ids)
           )
           const known = new Set(existing.map((row) => row.delivery_id))
           const fresh = rows.filter((row) => !known.has(row.delivery_id))
@@ -197,6 +207,7 @@ export class InboxInserts {
 
   #row(input: InboxDeliveryInput, receivedAt: unknown) {
     return {
+      account: this.context.account,
       delivery_id: input.deliveryId,
       event_type: input.eventType,
       raw_body: input.rawBody.toString('base64'),

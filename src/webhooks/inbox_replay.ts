@@ -1,5 +1,5 @@
 import { dbDate } from '../database/dates.ts'
-import type { InboxContext } from './inbox_context.ts'
+import { own, type InboxContext } from './inbox_context.ts'
 
 /** Which rows `payouts:replay` puts back in the queue. */
 export interface RequeueFilter {
@@ -10,10 +10,10 @@ export interface RequeueFilter {
   force?: boolean
 }
 
-/** `InboxStore.requeue`: matching rows made pending again; answers their ids. */
+/** `InboxStore.requeue`: the account's matching rows made pending again; answers their ids. */
 export async function requeue(context: InboxContext, filter: RequeueFilter): Promise<number[]> {
   const client = context.client()
-  const query = client.from(context.table).select('id', 'state')
+  const query = own(context, client.from(context.table)).select('id', 'state')
   if (filter.ids?.length) query.whereIn('delivery_id', filter.ids)
   if (filter.state) query.where('state', filter.state)
   if (filter.since) query.where('received_at', '>=', dbDate(client, filter.since))
@@ -23,8 +23,7 @@ export async function requeue(context: InboxContext, filter: RequeueFilter): Pro
     .filter((row) => row.state !== 'processing' && (row.state !== 'processed' || filter.force))
     .map((row) => Number(row.id))
   if (ids.length > 0) {
-    await client
-      .from(context.table)
+    await own(context, client.from(context.table))
       .whereIn('id', ids)
       .update({ state: 'pending', attempts: 0, next_attempt_at: null })
   }
@@ -34,9 +33,7 @@ export async function requeue(context: InboxContext, filter: RequeueFilter): Pro
 /** `InboxStore.statesOf`: the states of the given rows. */
 export async function statesOf(context: InboxContext, ids: number[]): Promise<string[]> {
   if (ids.length === 0) return []
-  const rows: Array<{ state: string }> = await context
-    .client()
-    .from(context.table)
+  const rows: Array<{ state: string }> = await own(context, context.client().from(context.table))
     .select('state')
     .whereIn('id', ids)
   return rows.map((row) => row.state)

@@ -7,6 +7,7 @@ import type {
   InboxStoreOptions,
   InboxVerdict,
 } from './inbox_context.ts'
+import { accountOf } from './inbox_context.ts'
 import { InboxInserts } from './inbox_inserts.ts'
 import * as claims from './inbox_claims.ts'
 import * as replay from './inbox_replay.ts'
@@ -21,10 +22,11 @@ export type {
 export type { RequeueFilter } from './inbox_replay.ts'
 
 /**
- * The durable inbox (`<prefix>webhook_deliveries`). Insert is the only work on the
- * webhook hot path, committed in groups; claiming uses a lease (`next_attempt_at`) so a
- * row held by a process that died is picked up again, and a conditional update so two
- * instances never both claim it.
+ * The durable inbox (`<prefix>webhook_deliveries`) of one account (`options.account`): the
+ * accounts share the table, and a delivery id is unique within an account. Insert is the
+ * only work on the webhook hot path, committed in groups; claiming uses a lease
+ * (`next_attempt_at`) so a row held by a process that died is picked up again, and a
+ * conditional update so two instances never both claim it.
  */
 export class InboxStore {
   readonly #context: InboxContext
@@ -38,10 +40,16 @@ export class InboxStore {
   ) {
     this.#context = {
       table: this.table,
+      account: accountOf(this.options),
       options: this.options,
       client: () => this.db.connection(this.connection),
     }
     this.#inserts = new InboxInserts(this.#context)
+  }
+
+  /** The account whose rows it stores and claims. */
+  get account(): string {
+    return this.#context.account
   }
 
   /**

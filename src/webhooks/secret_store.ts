@@ -4,6 +4,7 @@ import { withDeadline } from '../time_bounds.ts'
 import { dropIdleConnections, withStatementTimeout } from '../database/deadline.ts'
 import { affectedRows } from '../database/dialects.ts'
 import { E_WEBHOOK_SECRET_NOT_STORED } from '../errors.ts'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 
 /** Encrypts and decrypts with the app's APP_KEY (AdonisJS `encryption`). */
 export interface SecretCipher {
@@ -20,16 +21,27 @@ export interface StoredSubscription {
   previousValidUntil: Date | null
 }
 
+/** What else a `SecretStore` is for. */
+export interface SecretStoreOptions {
+  /**
+   * The account whose subscriptions it keeps (`config.account`, default `main`): accounts
+   * share the table, and a route accepts its own account's secrets only.
+   */
+  account?: string
+}
+
 /**
- * Signing secrets kept in the app's database, encrypted. The webhook route reads them
- * through a short cache so the hot path does no query; a write in this process refreshes
- * it at once, other instances within `ttlMs`.
+ * Signing secrets kept in the app's database, encrypted, for one account. The webhook route
+ * reads them through a short cache so the hot path does no query; a write in this process
+ * refreshes it at once, other instances within `ttlMs`.
  */
 export class SecretStore {
   #cache: { at: number; secrets: StoredSubscription[] } | null = null
   #loading?: Promise<StoredSubscription[]>
   /** Bumped by every write, so a read started before it cannot refill the cache. */
   #generation = 0
+  /** The account whose secrets it keeps. */
+  readonly account: string
 
   #invalidate() {
     this.#generation++
@@ -44,34 +56,39 @@ export class SecretStore {
     private connection?: string,
     private ttlMs = 30_000,
     /** A load that takes longer fails its waiters; the next request loads again. */
-    private loadTimeoutMs = 5000
-  ) {}
+    private loadTimeoutMs = 5000,
+    options: SecretStoreOptions = {}
+  ) {
+    this.account = options.account ?? DEFAULT_ACCOUNT
+  }
+
+  /** The table's rows of this account: every statement goes through here. */
+  #rows() {
+    return this.db.connection(this.connection).from(this.table).where('account', this.account)
+  }
 
   async save(input: { subscriptionId: string; url: string; secret: string }) {
     const client = this.db.connection(this.connection)
     const now = dbDate(client)
-    const existing = await client
-      .from(this.table)
-      .where('subscription_id', input.subscriptionId)
-      .first()
+    const existing = await this.#rows().where('subscription_id', input.subscriptionId).first()
     const values = { url: input.url, secret: this.cipher.encrypt(input.secret), updated_at: now }
-    if (existing) await client.from(this.table).where('id', existing.id).update(values)
+    if (existing) await this.#rows().where('id', existing.id).update(values)
     else
       await client
         .insertQuery()
         .table(this.table)
-        .insert({ ...values, subscription_id: input.subscriptionId, created_at: now })
+        .insert({
+          ...values,
+          account: this.account,
+          subscription_id: input.subscriptionId,
+          created_at: now,
+        })
     this.#invalidate()
   }
 
   /** Whether this app keeps a secret for the subscription (read from the table, not the cache). */
   async has(subscriptionId: string): Promise<boolean> {
-    const row = await this.db
-      .connection(this.connection)
-      .from(this.table)
-      .where('subscription_id', subscriptionId)
-      .select('id')
-      .first()
+    const row = await this.#rows().where('subscription_id', subscriptionId).select('id').first()
     return Boolean(row)
   }
 
@@ -81,8 +98,7 @@ export class SecretStore {
    */
   async rotate(subscriptionId: string, secret: string) {
     const client = this.db.connection(this.connection)
-    const updated = await client
-      .from(this.table)
+    const updated = await this.#rows()
       .where('subscription_id', subscriptionId)
       .update({
         secret: this.cipher.encrypt(secret),
@@ -96,11 +112,7 @@ export class SecretStore {
 
   /** Forgets a subscription's secrets; false when none were stored. */
   async delete(subscriptionId: string): Promise<boolean> {
-    const deleted = await this.db
-      .connection(this.connection)
-      .from(this.table)
-      .where('subscription_id', subscriptionId)
-      .delete()
+    const deleted = await this.#rows().where('subscription_id', subscriptionId).delete()
     this.#invalidate()
     return affectedRows(deleted) > 0
   }
@@ -133,7 +145,7 @@ export class SecretStore {
   async #load(): Promise<StoredSubscription[]> {
     const generation = this.#generation
     const client = this.db.connection(this.connection)
-    const query = client.from(this.table).orderBy('id')
+    const query = this.#rows().orderBy('id')
     const rows = await withStatementTimeout(query, this.loadTimeoutMs)
     const secrets = rows.map((row: any) => ({
       subscriptionId: row.subscription_id,

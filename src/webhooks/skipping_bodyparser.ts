@@ -3,15 +3,15 @@ import type { NextFn } from '@adonisjs/core/types/http'
 import BodyParserMiddleware from '@adonisjs/core/bodyparser_middleware'
 
 /**
- * The stock bodyparser, except on the payouts webhook route: there the untouched request
+ * The stock bodyparser, except on the payouts webhook routes (one per account): there the untouched request
  * stream must reach the signature check (the stock parser decodes UTF-8, strips a BOM
  * and inflates gzip). The provider binds it in place of the stock middleware, so host
  * apps keep `router.use([() => import('@adonisjs/core/bodyparser_middleware')])` as is.
  */
-export function createSkippingBodyParser(webhookPath: () => string) {
+export function createSkippingBodyParser(isWebhookPath: (pattern: string) => boolean) {
   return class PayoutsAwareBodyParser extends BodyParserMiddleware {
     async handle(ctx: HttpContext, next: NextFn) {
-      if (ctx.route?.pattern === webhookPath()) return next()
+      if (ctx.route && isWebhookPath(ctx.route.pattern)) return next()
       return super.handle(ctx, next)
     }
   }

@@ -19,12 +19,13 @@ async function runCheck(app: HttpApp) {
   return { report, check: report.checks[0] }
 }
 
-/** Heartbeat rows as a worker that died `agoMs` ago left them. */
+/** Heartbeat rows as a worker of the app's account that died `agoMs` ago left them. */
 async function beatsFrom(app: HttpApp, names: string[], agoMs: number) {
   const db = await app.app.container.make('lucid.db')
   const client = db.connection()
   for (const name of names) {
     await client.table(`${app.prefix}heartbeats`).insert({
+      account: app.payouts.config.account,
       name,
       owner: 'gone-host:1',
       beat_at: dbDate(client, new Date(Date.now() - agoMs)),
