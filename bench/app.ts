@@ -162,7 +162,7 @@ async function addBenchRoutes(
   // The provider bound a bodyparser that skips the plugin's route; the bench routes skip
   // it too (checked first, then the plugin's own check runs for everything else).
   const { default: BodyParserMiddleware } = await import('@adonisjs/core/bodyparser_middleware')
-  const PluginBodyParser = createSkippingBodyParser(() => ROUTES.plugin)
+  const PluginBodyParser = createSkippingBodyParser((path) => path === ROUTES.plugin)
   const rawRoutes = new Set<string>([ROUTES.bare, ROUTES.insert])
   class BenchBodyParser extends PluginBodyParser {
     async handle(ctx: HttpContext, next: NextFn) {

@@ -32,7 +32,10 @@ export default class PayoutsWork extends SwitchesCommand {
   @flags.number({ description: 'Milliseconds a stop may take before the process exits 1' })
   declare stopTimeoutMs?: number
 
-  #worker?: PayoutsWorker
+  @flags.array({ description: 'The accounts to serve, repeatable (every account otherwise)' })
+  declare account?: string[]
+
+  #workers?: PayoutsWorker[]
   #stopped?: Promise<void>
   #onSignal = () => void this.stop().then(() => this.terminate())
 
@@ -47,19 +50,32 @@ export default class PayoutsWork extends SwitchesCommand {
       this.exitCode = 1
       return this.terminate()
     }
+    const manager = await this.app.container.make('payouts.manager')
+    const unknown = this.account?.find((name) => !manager.accounts.includes(name))
+    if (unknown !== undefined) {
+      this.logger.error(`Unknown account "${unknown}". Use ${manager.accounts.join(', ')}`)
+      this.exitCode = 1
+      return this.terminate()
+    }
     const { PayoutsWorker } = await import('../src/service/worker.ts')
-    this.#worker = new PayoutsWorker({
-      service: await this.app.container.make('payouts.manager'),
-      logger: await this.app.container.make('logger'),
-      pollIntervalMs: this.pollIntervalMs,
-      stopTimeoutMs: this.stopTimeoutMs,
-    })
+    const logger = await this.app.container.make('logger')
+    // One worker per account served: each its own inbox loop, jobs and stream.
+    const served = this.account?.length ? [...new Set(this.account)] : manager.accounts
+    this.#workers = served.map(
+      (name) =>
+        new PayoutsWorker({
+          service: manager.use(name),
+          logger: served.length > 1 ? logger.child({ account: name }) : logger,
+          pollIntervalMs: this.pollIntervalMs,
+          stopTimeoutMs: this.stopTimeoutMs,
+        })
+    )
     // Runs before the providers shut down, whoever terminates the app.
     this.app.terminating(() => this.stop())
     process.once('SIGINT', this.#onSignal)
     process.once('SIGTERM', this.#onSignal)
     try {
-      await this.#worker.start()
+      for (const worker of this.#workers) await worker.start()
     } catch (error) {
       this.logger.error(`Worker failed to start: ${(error as Error).message}`)
       this.exitCode = 1
@@ -81,9 +97,11 @@ export default class PayoutsWork extends SwitchesCommand {
   async #stop() {
     process.off('SIGINT', this.#onSignal)
     process.off('SIGTERM', this.#onSignal)
-    const worker = this.#worker
-    this.#worker = undefined
-    if (!worker || (await worker.stop())) return
+    const workers = this.#workers ?? []
+    this.#workers = undefined
+    // All at once: each finishes its batch in hand within the same bound.
+    const stopped = await Promise.all(workers.map((worker) => worker.stop()))
+    if (stopped.every(Boolean)) return
     this.exitCode = 1
     if (this.kernel.getMainCommand() !== this) return
     process.exitCode = 1

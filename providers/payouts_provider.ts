@@ -1,9 +1,12 @@
 import { configProvider } from '@adonisjs/core'
 import type { ApplicationService } from '@adonisjs/core/types'
 import { modelTablesFrom, pointModels } from '../src/database/model_tables.ts'
+import type { PayoutsManagerConfig } from '../src/accounts_config.ts'
 import type { PayoutsConfig } from '../src/define_config.ts'
 import { hostLockServices } from '../src/service/host_services.ts'
+import { PayoutsManager } from '../src/service/payouts_manager.ts'
 import { PayoutsService } from '../src/service/payouts_service.ts'
+import { DEFAULT_ACCOUNT } from '../src/constants.ts'
 import '../src/types/extended.ts'
 
 /**
@@ -12,8 +15,8 @@ import '../src/types/extended.ts'
  * commands that do not need them stay fast (tests/integration/lazy_loading.spec.ts).
  */
 export default class PayoutsProvider {
-  #service?: PayoutsService
-  #config?: PayoutsConfig
+  #service?: PayoutsManager
+  #config?: PayoutsManagerConfig
 
   constructor(protected app: ApplicationService) {}
 
@@ -47,15 +50,15 @@ export default class PayoutsProvider {
    * `config/payouts.ts` validated, once: `defineConfig`'s provider resolved, or a plain
    * object (a config edited by hand) validated here, so either is reported with its key.
    */
-  async #validatedConfig(): Promise<PayoutsConfig> {
+  async #validatedConfig(): Promise<PayoutsManagerConfig> {
     if (!this.#config) {
       const config = this.app.config.get<unknown>('payouts')
-      const resolved = await configProvider.resolve<PayoutsConfig>(this.app, config)
+      const resolved = await configProvider.resolve<PayoutsManagerConfig>(this.app, config)
       if (resolved) {
         this.#config = resolved
       } else {
-        const { validateConfig } = await import('../src/define_config.ts')
-        this.#config = validateConfig(config as Parameters<typeof validateConfig>[0])
+        const { validateManagerConfig } = await import('../src/accounts_config.ts')
+        this.#config = validateManagerConfig(config as Parameters<typeof validateManagerConfig>[0])
       }
     }
     return this.#config
@@ -65,35 +68,44 @@ export default class PayoutsProvider {
    * The validated config for the boot steps, or null when it is invalid: those steps are
    * then skipped, and resolving the service reports the offending key.
    */
-  #configIfValid(): Promise<PayoutsConfig | null> {
+  #configIfValid(): Promise<PayoutsManagerConfig | null> {
     return this.#validatedConfig().catch(() => null)
   }
 
+  /** The default account's config: what every account shares (the ledger) is read there. */
+  async #defaultConfigIfValid(): Promise<PayoutsConfig | null> {
+    const config = await this.#configIfValid()
+    return config ? config.accounts[config.default] : null
+  }
+
   /**
-   * The service as a lazy singleton, by class and as `payouts.manager`. The class is small;
-   * the client and the wiring load in the factory.
+   * The manager as a lazy singleton, by class and as `payouts.manager`: the default
+   * account's service, and every account's through `use(name)`. Injecting `PayoutsService`
+   * gives the same object. The classes are small; the client and the wiring load later.
    */
   protected registerService() {
-    this.app.container.singleton(PayoutsService, async (resolver) => {
+    this.app.container.singleton(PayoutsManager, async (resolver) => {
       const config = await this.#validatedConfig()
       const logger = await resolver.make('logger')
       const emitter = await resolver.make('emitter')
       const { createClient } = await import('../src/service/client_factory.ts')
       const hasLucid = this.app.container.hasBinding('lucid.db')
-      this.#service = new PayoutsService(config, {
+      const host = hostLockServices(this.app)
+      this.#service = new PayoutsManager(config, (account) => ({
         logger,
         emitter,
-        createClient: () => createClient(config, logger),
+        createClient: () => createClient(account, logger),
         database: hasLucid ? () => this.app.container.make('lucid.db') : undefined,
         encryption: () => this.app.container.make('encryption'),
         httpServer: () => this.app.container.make('server'),
         transmitTransport: () => Boolean(this.app.config.get('transmit.transport', null)),
         servesSubscribers: () => this.#servesSubscribers(),
-        ...hostLockServices(this.app),
-      })
+        ...host,
+      }))
       return this.#service
     })
-    this.app.container.alias('payouts.manager', PayoutsService)
+    this.app.container.singleton(PayoutsService, (resolver) => resolver.make(PayoutsManager))
+    this.app.container.alias('payouts.manager', PayoutsManager)
   }
 
   /**
@@ -103,7 +115,7 @@ export default class PayoutsProvider {
   protected registerModelTables() {
     modelTablesFrom(async () => {
       if (!this.app.container.hasBinding('lucid.db')) return null
-      const config = await this.#configIfValid()
+      const config = await this.#defaultConfigIfValid()
       return config?.ledger.enabled ? config.ledger : null
     })
   }
@@ -128,7 +140,8 @@ export default class PayoutsProvider {
       const config = await this.#configIfValid()
       if (!config) return new BodyParserMiddleware(bodyparser, this.app.experimentalFlags)
       const { createSkippingBodyParser } = await import('../src/webhooks/skipping_bodyparser.ts')
-      const Skipping = createSkippingBodyParser(() => config.webhook.path)
+      const paths = new Set(Object.values(config.accounts).map((each) => each.webhook.path))
+      const Skipping = createSkippingBodyParser((path) => paths.has(path))
       return new Skipping(bodyparser, this.app.experimentalFlags)
     })
   }
@@ -140,8 +153,8 @@ export default class PayoutsProvider {
    */
   protected async relayBroadcasts() {
     if (!this.#servesSubscribers()) return
-    const service = await this.app.container.make(PayoutsService)
-    await service.relayBroadcasts()
+    const payouts = await this.app.container.make(PayoutsManager)
+    await payouts.relayBroadcasts()
   }
 
   /**
@@ -151,16 +164,32 @@ export default class PayoutsProvider {
    */
   protected async startBackgroundWork() {
     if (this.app.getEnvironment() !== 'web' || !this.app.container.hasBinding('lucid.db')) return
-    const service = await this.app.container.make(PayoutsService)
-    if (!service.config.ledger.enabled || service.config.webhook.processing === 'worker') return
+    const payouts = await this.app.container.make(PayoutsManager)
+    const logger = await this.app.container.make('logger')
+    // Each account on its own: one that fails to start leaves the others running.
+    for (const service of payouts.all()) {
+      await this.#startAccountWork(service).catch((error) =>
+        logger.error({ err: error, account: service.config.account }, 'payouts work not started')
+      )
+    }
+  }
+
+  /** One account's inbox worker, stream and jobs (each account in its own processing mode). */
+  async #startAccountWork(service: PayoutsService) {
+    const { config } = service
+    if (!config.ledger.enabled || config.webhook.processing === 'worker') return
     // No key issued yet: the app still serves; what needs the service waits for a restart.
-    if (!service.config.apiKey) {
+    if (!config.apiKey) {
       const logger = await this.app.container.make('logger')
-      logger.warn('payouts: PAYOUTS_API_KEY is not set; inbox processing and jobs are not started')
+      const which =
+        config.account === DEFAULT_ACCOUNT
+          ? 'PAYOUTS_API_KEY'
+          : `the key of account "${config.account}"`
+      logger.warn(`payouts: ${which} is not set; inbox processing and jobs are not started`)
       return
     }
     service.startInboxWorker()
-    if (service.config.events.sources !== 'webhooks') await service.startStream()
-    if (service.config.jobs.enabled) await service.startJobs()
+    if (config.events.sources !== 'webhooks') await service.startStream()
+    if (config.jobs.enabled) await service.startJobs()
   }
 }

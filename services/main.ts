@@ -1,9 +1,12 @@
 import app from '@adonisjs/core/services/app'
-import type { PayoutsService } from '../src/service/payouts_service.ts'
+import type { PayoutsManager } from '../src/service/payouts_manager.ts'
 
-let payouts: PayoutsService
+let payouts: PayoutsManager
 
-/** The configured payouts service, for code that does not use dependency injection. */
+/**
+ * The app's payouts (the default account's service; `payouts.use('eu')` another's), for code
+ * that does not use dependency injection.
+ */
 await app.booted(async () => {
   payouts = await app.container.make('payouts.manager')
 })

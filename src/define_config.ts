@@ -2,7 +2,20 @@ import { inspect } from 'node:util'
 import { z } from 'zod'
 import { E_INVALID_PAYOUTS_CONFIG } from './errors.ts'
 import { redactCredentials } from './client/redact.ts'
-import { API_KEY_PATTERN, DEFAULT_TABLE_PREFIX, DEFAULT_WEBHOOK_PATH } from './constants.ts'
+import {
+  ACCOUNT_NAME_PATTERN,
+  API_KEY_PATTERN,
+  DEFAULT_ACCOUNT,
+  DEFAULT_TABLE_PREFIX,
+  DEFAULT_WEBHOOK_PATH,
+} from './constants.ts'
+
+export type {
+  PayoutsAccountInput,
+  PayoutsAccountsInput,
+  PayoutsManagerConfig,
+  PayoutsManagerConfigInput,
+} from './accounts_config.ts'
 
 const retrySchema = z
   .object({
@@ -39,6 +52,14 @@ const threshold = (defaults: { warning?: number; error?: number }) =>
 
 /** The shape `config/payouts.ts` is validated against at boot. */
 export const payoutsConfigSchema = z.object({
+  /**
+   * The account this config is for: its rows, routes, locks and events carry the name. Set
+   * from the key of `accounts` (docs/accounts.md); a one-account config is `main`.
+   */
+  account: z
+    .string()
+    .regex(ACCOUNT_NAME_PATTERN, 'must be a-z, 0-9, _ or -, starting with a letter (at most 32)')
+    .default(DEFAULT_ACCOUNT),
   /**
    * Optional until the operator has issued one (migrations and `node ace list` still run);
    * the client's first use without it fails naming PAYOUTS_API_KEY.
@@ -292,11 +313,15 @@ export type PayoutsConfig = z.output<typeof payoutsConfigSchema>
  * offending key named (never its value: it may be a secret). `defineConfig` (config.ts)
  * calls it on first use, so this module and zod load only then.
  */
-export function validateConfig(config: PayoutsConfigInput): PayoutsConfig {
+export function validateConfig(
+  config: PayoutsConfigInput,
+  /** Where a wrong value is reported (an account's own key, or the shared one). */
+  nameKey: (path: PropertyKey[]) => string = (path) => path.join('.') || '(root)'
+): PayoutsConfig {
   const result = payoutsConfigSchema.safeParse(config)
   if (!result.success) {
     const issue = result.error.issues[0]
-    throw new E_INVALID_PAYOUTS_CONFIG([`${issue.path.join('.') || '(root)'} ${issue.message}`])
+    throw new E_INVALID_PAYOUTS_CONFIG([`${nameKey(issue.path)} ${issue.message}`])
   }
   return redactWhenShown(result.data)
 }

@@ -131,3 +131,20 @@ export class E_PAYOUTS_EXECUTE_NOT_STORED extends Exception {
     this.intentId = details.intentId
   }
 }
+
+/** `payouts.use(name)` or `--account name` for an account `config/payouts.ts` does not have. */
+export const E_UNKNOWN_PAYOUTS_ACCOUNT = createError<[string, string]>(
+  'Unknown payouts account "%s": config/payouts.ts has %s',
+  'E_UNKNOWN_PAYOUTS_ACCOUNT',
+  500
+)
+
+/**
+ * An account whose ledger rows were made with a key of one environment (sandbox, production)
+ * now configured with a key of the other: refused, so a live key never acts on sandbox rows.
+ */
+export const E_PAYOUTS_ACCOUNT_ENVIRONMENT = createError<[string, string, string]>(
+  'The payouts account "%s" holds %s rows, but its key is now a %s key: give the new key its own account (docs/accounts.md)',
+  'E_PAYOUTS_ACCOUNT_ENVIRONMENT',
+  500
+)

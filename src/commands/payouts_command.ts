@@ -2,6 +2,7 @@ import { BaseCommand, flags } from '@adonisjs/core/ace'
 import type { CommandOptions, FlagsParserOptions } from '@adonisjs/core/types/ace'
 import { PayoutsNetworkError, PayoutsTimeoutError } from '../client/errors.ts'
 import { clientRetries, type ClientRetry } from '../service/client_retries.ts'
+import type { PayoutsManager } from '../service/payouts_manager.ts'
 import type { PayoutsService } from '../service/payouts_service.ts'
 import { redactCredentials } from '../client/redact.ts'
 
@@ -33,11 +34,14 @@ export abstract class PayoutsCommand<Result> extends SwitchesCommand {
   @flags.boolean({ description: 'Print JSON for scripts' })
   declare json: boolean
 
+  @flags.string({ description: 'The account in config/payouts.ts (the default account otherwise)' })
+  declare account?: string
+
   /** What failed, printed before the error's message ("Replay failed"). */
   protected abstract failure: string
 
-  /** Calls the service. */
-  protected abstract perform(payouts: PayoutsService): Promise<Result>
+  /** Calls the service of the account (`--account`, or the default one). */
+  protected abstract perform(payouts: PayoutsService, manager: PayoutsManager): Promise<Result>
 
   /** Prints the result for a human (`--json` prints it as it is). */
   protected abstract print(result: Result): void
@@ -87,11 +91,16 @@ export abstract class PayoutsCommand<Result> extends SwitchesCommand {
       this.exitCode = 1
       return
     }
-    const payouts = await this.app.container.make('payouts.manager')
+    const manager = await this.app.container.make('payouts.manager')
+    const payouts = this.#accountOf(manager)
+    if (!payouts) {
+      this.exitCode = 1
+      return
+    }
     const announce = (retry: unknown) => this.#announceRetry(retry as ClientRetry)
     clientRetries.subscribe(announce)
     try {
-      const result = await this.perform(payouts)
+      const result = await this.perform(payouts, manager)
       if (this.failed(result)) this.exitCode = 1
       if (this.json) this.logger.log(JSON.stringify(result))
       else this.print(result)
@@ -104,6 +113,19 @@ export abstract class PayoutsCommand<Result> extends SwitchesCommand {
     } finally {
       clientRetries.unsubscribe(announce)
     }
+  }
+
+  /**
+   * The service of `--account`: an account config/payouts.ts does not have is refused (naming
+   * the ones it has), never taken for the default one.
+   */
+  #accountOf(manager: PayoutsManager): PayoutsService | null {
+    if (this.account === undefined) return manager
+    if (!manager.accounts.includes(this.account)) {
+      this.refuse(`Unknown account "${this.account}". Use ${manager.accounts.join(', ')}`)
+      return null
+    }
+    return manager.use(this.account)
   }
 
   /** One line on stderr per retry: a slow command shows what it waits for. */

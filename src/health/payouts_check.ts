@@ -1,7 +1,9 @@
 import { BaseCheck, Result } from '@adonisjs/core/health'
 import { redactCredentials } from '../client/redact.ts'
 import { withDeadline } from '../time_bounds.ts'
+import type { PayoutsManager } from '../service/payouts_manager.ts'
 import type { PayoutsService } from '../service/payouts_service.ts'
+import type { PayoutsHealthReport, Verdict } from './types.ts'
 
 /** Past `health.timeoutMs`, the room left for the report's own error lines to arrive. */
 const MARGIN_MS = 1000
@@ -14,7 +16,10 @@ const MARGIN_MS = 1000
  * ok, and its meta is the whole report. It answers within `health.timeoutMs` (plus a
  * second at worst), so the host's health route answers 503 instead of hanging.
  *
- * Register it in `start/health.ts`: `new HealthChecks().register([new PayoutsCheck()])`.
+ * Register it in `start/health.ts`: `new HealthChecks().register([new PayoutsCheck()])`. With
+ * several accounts (docs/accounts.md) it reports every account: the worst verdict, each
+ * account's lines named in the message, and each account's report in the meta (`accounts`).
+ * Given one account's service (`new PayoutsCheck(payouts.use('eu'))`), that account alone.
  */
 export class PayoutsCheck extends BaseCheck {
   name = 'Payouts'
@@ -35,21 +40,40 @@ export class PayoutsCheck extends BaseCheck {
   }
 
   async run() {
-    let report
+    let reports: PayoutsHealthReport[]
     try {
       const payouts = await this.#service()
       const bound = payouts.config.health.timeoutMs + MARGIN_MS
-      report = await withDeadline(payouts.health(), bound, 'payouts health report')
+      // The manager (`payouts.manager`) is every account's: each read at once, each bounded.
+      const services = (payouts as Partial<Pick<PayoutsManager, 'all'>>).all?.() ?? [payouts]
+      reports = await Promise.all(
+        services.map((service) =>
+          withDeadline(service.health(), bound, `payouts health report (${service.config.account})`)
+        )
+      )
     } catch (error) {
       const message = redactCredentials((error as Error)?.message ?? String(error))
       return Result.failed(`Could not read the payouts health: ${message}`)
     }
-    const result =
-      report.status === 'ok'
-        ? Result.ok(report.message)
-        : report.status === 'warning'
-          ? Result.warning(report.message)
-          : Result.failed(report.message)
-    return result.setMetaData(report)
+    if (reports.length === 1) return resultOf(reports[0].status, reports[0].message, reports[0])
+    const worst = reports.reduce((a, b) => (RANK[b.status] > RANK[a.status] ? b : a))
+    const message = reports
+      .filter((report) => report.status !== 'ok')
+      .map((report) => `${report.account}: ${report.message}`)
+      .join('; ')
+    const accounts = Object.fromEntries(reports.map((report) => [report.account, report]))
+    return resultOf(worst.status, message || 'ok', { accounts })
   }
+}
+
+const RANK: Record<Verdict, number> = { ok: 0, warning: 1, error: 2 }
+
+function resultOf(status: Verdict, message: string, meta: Record<string, any>) {
+  const result =
+    status === 'ok'
+      ? Result.ok(message)
+      : status === 'warning'
+        ? Result.warning(message)
+        : Result.failed(message)
+  return result.setMetaData(meta)
 }

@@ -1,5 +1,11 @@
 import type { JobLockFactory } from './locks.ts'
 import { withDeadline } from '../time_bounds.ts'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
+
+/** The lock of one account's job (see `JobSchedulerOptions.account`). */
+export function jobLockKey(job: string, account: string = DEFAULT_ACCOUNT): string {
+  return account === DEFAULT_ACCOUNT ? `svc-payouts:${job}` : `svc-payouts:${account}:${job}`
+}
 
 /** One periodic job of the plugin. */
 export interface ScheduledJob {
@@ -19,6 +25,13 @@ export interface JobSchedulerOptions {
    * itself cannot be cancelled; every job is safe to repeat. 0 waits forever.
    */
   runTimeoutMs?: number
+  /**
+   * The account whose jobs these are: its locks are its own (`svc-payouts:<account>:<job>`),
+   * so each account's jobs run once per interval across instances, independently. The
+   * account `main` keeps the keys of a one-account app (`svc-payouts:<job>`), so instances
+   * of an app being upgraded share their locks.
+   */
+  account?: string
 }
 
 /**
@@ -50,7 +63,7 @@ export class JobScheduler {
   async tick(job: ScheduledJob): Promise<'ran' | 'skipped' | 'failed'> {
     if (this.#active.has(job.name)) return 'skipped'
     const ttl = Math.max(1, job.intervalMs - 50)
-    const lock = this.options.locks.createLock(`svc-payouts:${job.name}`, ttl)
+    const lock = this.options.locks.createLock(jobLockKey(job.name, this.options.account), ttl)
     this.#active.add(job.name)
     try {
       if (!(await lock.acquireImmediately())) {

@@ -1,13 +1,14 @@
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 import type { PayoutChange } from '../ledger/vocabulary.ts'
 import type { PayoutsEventsList, WithEventKey } from '../types/events.ts'
 
 /** The name of one of the plugin's app events. */
 export type PayoutsEventName = keyof PayoutsEventsList
 
-/** An app event's payload before its key is set. */
+/** An app event's payload before its account and key are set. */
 export type PayoutsEventPayload<Name extends PayoutsEventName> = Omit<
   PayoutsEventsList[Name],
-  'eventKey'
+  'eventKey' | 'account'
 >
 
 /** The events that tell a payout's change, each with the same payload. */
@@ -49,19 +50,27 @@ const SUBJECTS: { [Name in PayoutsEventName]: (payload: PayoutsEventPayload<Name
   'payouts:stuck': (event) => event.payoutId,
 }
 
-/** The key of one app event: unique per event fired, the same when it fires again. */
+/**
+ * The key of one app event: unique per event fired, the same when it fires again. A quote or
+ * payout id is the service's, unique within its account: an account other than `main` puts
+ * its name in front (`eu/<quoteId>:...`); `main`'s keys are those of a one-account app, so an
+ * upgraded app's listeners see the same keys again.
+ */
 export function eventKeyOf<Name extends PayoutsEventName>(
   name: Name,
-  payload: PayoutsEventPayload<Name>
+  payload: PayoutsEventPayload<Name>,
+  account: string = DEFAULT_ACCOUNT
 ): string {
   const subject: (payload: PayoutsEventPayload<Name>) => string = SUBJECTS[name]
-  return `${subject(payload)}:${name}`
+  const scope = account === DEFAULT_ACCOUNT ? '' : `${account}/`
+  return `${scope}${subject(payload)}:${name}`
 }
 
-/** The payload a listener receives: the event's fields and its key. */
+/** The payload a listener receives: the event's fields, its account and its key. */
 export function withEventKey<Name extends PayoutsEventName>(
   name: Name,
-  payload: PayoutsEventPayload<Name>
+  payload: PayoutsEventPayload<Name>,
+  account: string = DEFAULT_ACCOUNT
 ): WithEventKey<PayoutsEventPayload<Name>> {
-  return { ...payload, eventKey: eventKeyOf(name, payload) }
+  return { ...payload, account, eventKey: eventKeyOf(name, payload, account) }
 }

@@ -81,6 +81,7 @@ export class BackgroundWork {
         client: () => db.connection(config.ledger.connection),
         table: tableNames(config.ledger.tablePrefix).webhookDeliveries,
         timeoutMs: config.health.timeoutMs,
+        account: config.account,
       })
       backlogChannel.publish(sample)
     } catch (error) {
@@ -150,6 +151,7 @@ export class BackgroundWork {
       locks: locks.locks,
       logger,
       runTimeoutMs: jobs.runTimeoutMs,
+      account: config.account,
       onRun: (name, result) => debug('job %s ran: %o', name, result),
       jobs: [
         job('reconcile', jobs.reconcileEveryMs, run.reconcile),
@@ -161,6 +163,7 @@ export class BackgroundWork {
     this.#scheduler.start()
     logger.info(
       {
+        account: config.account,
         locks: locks.store,
         intervals: {
           reconcile: jobs.reconcileEveryMs,

@@ -1,5 +1,6 @@
 import type { Logger } from '@adonisjs/core/logger'
 import type { EmitterService, EventsList } from '@adonisjs/core/types'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 import { isDeadlineError, withDeadline } from '../time_bounds.ts'
 import { channels as tracing, traced } from '../tracing/channels.ts'
 import type { PayoutsConfig } from '../define_config.ts'
@@ -50,7 +51,7 @@ export function relayEnabled(
 
 /** What the notifier needs: the config's event and channel settings, a logger, the emitter. */
 export interface PayoutsNotifierOptions {
-  config: Pick<PayoutsConfig, 'events' | 'transmit'>
+  config: Pick<PayoutsConfig, 'events' | 'transmit'> & Partial<Pick<PayoutsConfig, 'account'>>
   logger: Logger
   emitter?: EmitterService
 }
@@ -71,6 +72,11 @@ export class PayoutsNotifier implements ChangeListener {
     this.#options = options
   }
 
+  /** The account whose changes this notifier tells: on every event and broadcast. */
+  get #account(): string {
+    return this.#options.config.account ?? DEFAULT_ACCOUNT
+  }
+
   /**
    * One app event, with its key. Its listeners' failure is logged and goes no further: the
    * work it reports is committed (neither undone nor repeated), and the events and broadcasts
@@ -83,7 +89,7 @@ export class PayoutsNotifier implements ChangeListener {
     payload: PayoutsEventPayload<Name>
   ): Promise<boolean> {
     const { emitter, logger, config } = this.#options
-    const data = withEventKey(name, payload)
+    const data = withEventKey(name, payload, this.#account)
     try {
       const emitting = emitter?.emit(name, data as EventsList[Name])
       if (emitting) {
@@ -113,7 +119,7 @@ export class PayoutsNotifier implements ChangeListener {
         payoutId: event.payoutId,
         eventId: event.eventId,
         events: names,
-        eventKeys: names.map((name) => withEventKey(name, event).eventKey),
+        eventKeys: names.map((name) => withEventKey(name, event, this.#account).eventKey),
         status: event.status,
         step: event.step,
         previousStatus: change.previous?.status ?? null,
@@ -166,7 +172,7 @@ export class PayoutsNotifier implements ChangeListener {
   broadcast(event: PayoutChangedEvent, options: { ownerOnly?: boolean; local?: boolean } = {}) {
     if (!this.#transmit) return
     const { payoutChannel, ownerChannel } = this.#options.config.transmit
-    const payload = JSON.parse(JSON.stringify(event))
+    const payload = { account: this.#account, ...JSON.parse(JSON.stringify(event)) }
     const channels = [
       ...(options.ownerOnly ? [] : [payoutChannel.replace(':payoutId', event.payoutId)]),
       ...(event.ownerId ? [ownerChannel.replace(':ownerId', event.ownerId)] : []),

@@ -243,11 +243,14 @@ export class PayoutsService {
   }
 
   /**
-   * Adds `POST <webhook.path>` to the host app (like `transmit.registerRoutes()`). The
-   * provider makes the bodyparser skip it, so the signature is checked over raw bytes.
+   * Adds `POST <webhook.path>` to the host app (like `transmit.registerRoutes()`), named
+   * `payouts.webhook` (or `as`). The provider makes the bodyparser skip it, so the signature
+   * is checked over raw bytes.
    */
-  async registerRoutes(router: HttpRouterService) {
-    return router.post(this.config.webhook.path, (ctx) => this.#receive(ctx)).as('payouts.webhook')
+  async registerRoutes(router: HttpRouterService, options: { as?: string } = {}) {
+    return router
+      .post(this.config.webhook.path, (ctx) => this.#receive(ctx))
+      .as(options.as ?? 'payouts.webhook')
   }
 
   /** One delivery, through the receiver built with the parts (503 when they cannot be). */
@@ -400,6 +403,7 @@ export class PayoutsService {
   /** What JSON.stringify shows: never the key or a secret. */
   toJSON() {
     return {
+      account: this.config.account,
       environment: this.config.environment,
       baseUrl: redactCredentials(this.config.baseUrl),
       faked: this.#connection.faked,

@@ -72,6 +72,8 @@ export class TransmitChannels {
       const { connection, tablePrefix, transactionTimeoutMs } = config.ledger
       configureModels(tablePrefix, connection)
       const relay = new BroadcastRelay({
+        // Each account's relay follows its own account's changes (its notifier tells them).
+        account: config.account,
         db: await database(),
         connection,
         notifier,

@@ -124,6 +124,19 @@ export async function buildParts({
   configureModels(tablePrefix, connection)
   const db = await deps.database()
   const client = api.client
+  // A key of the other environment never takes over an account's rows (a fake's emulator
+  // is no environment: its rows are a test's).
+  if (config.apiKey && !api.faked) {
+    const { checkAccountEnvironment } = await import('./account_environment.ts')
+    await checkAccountEnvironment({
+      db,
+      connection,
+      table: tables.accounts,
+      account: config.account,
+      environment: client.environment,
+      timeoutMs: transactionTimeoutMs,
+    })
+  }
 
   // PostgreSQL, the relay on: each COMMIT of changes wakes the web processes' relays.
   const notices =
@@ -135,15 +148,25 @@ export async function buildParts({
           transactionTimeoutMs
         )
       : null
+  const { account } = config
   const ledger = new PayoutLedger(db, notifier, {
+    account,
     connection,
     transactionTimeoutMs,
     notifyLeaseMs: config.events.notifyLeaseMs,
     notices,
     logger,
   })
-  const executor = new PayoutExecutor({ db, ledger, client, connection, transactionTimeoutMs })
+  const executor = new PayoutExecutor({
+    account,
+    db,
+    ledger,
+    client,
+    connection,
+    transactionTimeoutMs,
+  })
   const escrowDeposits = new EscrowDeposits({
+    account,
     db,
     client,
     connection,
@@ -159,12 +182,14 @@ export async function buildParts({
     },
   })
   const escrow = new EscrowFallback({
+    account,
     db,
     deposits: escrowDeposits,
     connection,
     confirmAfterMinutes: config.jobs.escrowConfirmAfterMinutes,
   })
   const inbox = new InboxStore(db, tables.webhookDeliveries, connection, {
+    account,
     insertTimeoutMs: config.webhook.ackTimeoutMs,
     transactionTimeoutMs,
   })
@@ -177,8 +202,9 @@ export async function buildParts({
     stepTimeoutMs: transactionTimeoutMs,
     leaseMs: config.webhook.processingLeaseMs,
   })
-  const recipients = new RecipientsMirror(client, connection)
+  const recipients = new RecipientsMirror(client, connection, { account })
   const reconciler = new Reconciler({
+    account,
     db,
     ledger,
     client,
@@ -197,7 +223,8 @@ export async function buildParts({
         undefined,
         // Half the route's bound: a load given up leaves the other half to answer 503,
         // and a delivery arriving after that starts a fresh load.
-        Math.ceil(config.webhook.ackTimeoutMs / 2)
+        Math.ceil(config.webhook.ackTimeoutMs / 2),
+        { account }
       )
     : null
   const acceptedSecrets = new AcceptedSecrets(config.webhook, api.webhookSecrets, secrets)

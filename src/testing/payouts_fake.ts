@@ -50,6 +50,7 @@ export class PayoutsFake {
   #reported = new Set<string>()
   #seeded = new Set<string>()
   #closed = false
+  #accounts = new Map<string, PayoutsFake>()
 
   /** @internal Made by `payouts.fake()`; use that. */
   constructor(parts: {
@@ -209,6 +210,30 @@ export class PayoutsFake {
   /** Fails unless the service holds a recipient (matching `match`). */
   assertRecipientCreated(match?: Match<CreatedRecipient>) {
     failUnlessRecipientCreated(this.recipients(), match)
+  }
+
+  /**
+   * The fake of another account of the app (`payouts.fake()` fakes every account, each with
+   * its own emulator): `fake.account('eu').complete(payout)`. Its name is the one in
+   * config/payouts.ts; an account the app does not have is refused.
+   */
+  account(name: string): PayoutsFake {
+    const fake = this.#accounts.get(name) ?? (name === this.accountName ? this : undefined)
+    if (!fake) {
+      const known = [...new Set([this.accountName, ...this.#accounts.keys()])].join(', ')
+      throw new E_PAYOUTS_FAKE([`no account "${name}" is faked here (faked: ${known})`])
+    }
+    return fake
+  }
+
+  /** The account this fake stands in for. */
+  get accountName(): string {
+    return this.#binding.config.account
+  }
+
+  /** @internal The fakes of the app's accounts, set by the manager's `fake()`. */
+  knowAccounts(fakes: Map<string, PayoutsFake>) {
+    this.#accounts = fakes
   }
 
   /** Stops the emulator and the in-process route (`payouts.restore()` calls it). */

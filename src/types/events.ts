@@ -49,11 +49,12 @@ export interface PayoutStuckEvent {
 }
 
 /**
- * The payload of an app event as a listener receives it: the event's fields and its key.
- * `eventKey` is unique per event fired and the same when a crash makes the plugin fire that
- * event again, so it is the key a listener with side effects deduplicates on.
+ * The payload of an app event as a listener receives it: the event's fields, its account
+ * (the name in `config/payouts.ts`; `main` in a one-account app) and its key. `eventKey` is
+ * unique per event fired and the same when a crash makes the plugin fire that event again,
+ * so it is the key a listener with side effects deduplicates on.
  */
-export type WithEventKey<Payload> = Payload & { eventKey: string }
+export type WithEventKey<Payload> = Payload & { account: string; eventKey: string }
 
 /** The plugin's entries of the AdonisJS `EventsList`. */
 export interface PayoutsEventsList {

@@ -1,9 +1,9 @@
-import type { PayoutsService } from '../service/payouts_service.ts'
+import type { PayoutsManager } from '../service/payouts_manager.ts'
 import type { PayoutsEventsList } from './events.ts'
 
 declare module '@adonisjs/core/types' {
   interface ContainerBindings {
-    'payouts.manager': PayoutsService
+    'payouts.manager': PayoutsManager
   }
   interface EventsList extends PayoutsEventsList {}
 }

@@ -10,7 +10,7 @@ import type { ApplicationService, HttpRouterService } from '@adonisjs/core/types
 import { defineConfig as defineDbConfig } from '@adonisjs/lucid'
 import { dropPayoutsTables } from '../../src/database/schema.ts'
 import { createAllPayoutsTables } from './database.ts'
-import type { PayoutsService } from '../../src/service/payouts_service.ts'
+import type { PayoutsManager } from '../../src/service/payouts_manager.ts'
 
 /** How bootHostApp and serveHostApp build the app. */
 export interface HostAppOptions {
@@ -72,9 +72,9 @@ export async function bootHostApp(options: HostAppOptions): Promise<ApplicationS
 /** What a `setup` hook of serveHostApp gets: the booted app and its webhook route. */
 export interface HostAppParts {
   app: ApplicationService
-  payouts: PayoutsService
+  payouts: PayoutsManager
   router: HttpRouterService
-  route: Awaited<ReturnType<PayoutsService['registerRoutes']>>
+  route: Awaited<ReturnType<PayoutsManager['registerRoutes']>>
 }
 
 /** A served host app: its parts, its address, and how to stop it. */

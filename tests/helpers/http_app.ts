@@ -1,6 +1,6 @@
 import type { ApplicationService } from '@adonisjs/core/types'
 import type { PayoutsConfigInput } from '../../src/define_config.ts'
-import type { PayoutsService } from '../../src/service/payouts_service.ts'
+import type { PayoutsManager } from '../../src/service/payouts_manager.ts'
 import { startEmulator } from '../emulator/helpers.ts'
 import { BASE_URL, TEST_API_KEY } from './app.ts'
 import { connectionConfig } from './database.ts'
@@ -8,7 +8,7 @@ import { serveHostApp } from './host_app.ts'
 
 export interface HttpApp {
   app: ApplicationService
-  payouts: PayoutsService
+  payouts: PayoutsManager
   url: string
   prefix: string
   events: Array<{ name: string; data: any }>

@@ -7,6 +7,7 @@ import type {
   WithEventKey,
 } from '../../src/types/events.ts'
 import type { PayoutsService } from '../../src/service/payouts_service.ts'
+import type { PayoutsManager } from '../../src/service/payouts_manager.ts'
 import type { ContainerBindings } from '@adonisjs/core/types'
 import '../../src/types/extended.ts'
 
@@ -35,8 +36,22 @@ test.group('Types | what host apps rely on', () => {
     expectTypeOf<EventsList['payouts:stuck']>().toHaveProperty('eventKey').toEqualTypeOf<string>()
   })
 
-  test('the container binding payouts.manager is the service', ({ expectTypeOf }) => {
-    expectTypeOf<ContainerBindings['payouts.manager']>().toEqualTypeOf<PayoutsService>()
+  test("the container binding payouts.manager is the manager: the default account's service, and use() gives any account's", ({
+    expectTypeOf,
+  }) => {
+    expectTypeOf<ContainerBindings['payouts.manager']>().toEqualTypeOf<PayoutsManager>()
+    expectTypeOf<ContainerBindings['payouts.manager']>().toExtend<PayoutsService>()
+    expectTypeOf<PayoutsManager['use']>().returns.toEqualTypeOf<PayoutsService>()
+  })
+
+  test('every app event names its account', ({ expectTypeOf }) => {
+    expectTypeOf<EventsList['payouts:completed']>()
+      .toHaveProperty('account')
+      .toEqualTypeOf<string>()
+    expectTypeOf<EventsList['payouts:escrow_confirmed']>()
+      .toHaveProperty('account')
+      .toEqualTypeOf<string>()
+    expectTypeOf<EventsList['payouts:stuck']>().toHaveProperty('account').toEqualTypeOf<string>()
   })
 
   test('event payloads carry no private fields', ({ expectTypeOf }) => {

@@ -124,6 +124,7 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
       app.events.filter((e) => e.name === 'payouts:escrow_confirmed').map((e) => e.data),
       [
         {
+          account: 'main',
           quoteId: result.quoteId,
           payoutId: result.payoutId,
           txHash: null,
@@ -314,6 +315,7 @@ test.group(`Jobs | escrow fallback, a 500 whatever its body (${TEST_DB})`, () =>
       assert.deepEqual([deposit.state, deposit.attempts], ['confirm_failed', 3])
       assert.deepEqual(events('payouts:escrow_confirmation_failed'), [
         {
+          account: 'main',
           quoteId,
           payoutId,
           txHash,
@@ -350,7 +352,13 @@ test.group(`Jobs | escrow fallback, a 500 whatever its body (${TEST_DB})`, () =>
       assert.deepEqual(wire(), ['status', 'confirm', 'status'])
       assert.equal((await row()).state, 'confirmed')
       assert.deepEqual(events('payouts:escrow_confirmed'), [
-        { quoteId, payoutId, txHash, eventKey: `${quoteId}:payouts:escrow_confirmed` },
+        {
+          account: 'main',
+          quoteId,
+          payoutId,
+          txHash,
+          eventKey: `${quoteId}:payouts:escrow_confirmed`,
+        },
       ])
       assert.lengthOf(events('payouts:escrow_confirmation_failed'), 0)
       assert.deepInclude(await payouts.escrow.confirmDue(), { checked: 0 })
@@ -438,7 +446,13 @@ test.group(`Jobs | escrow fallback, a 500 whatever its body (${TEST_DB})`, () =>
     assert.deepEqual(wire(), [])
     assert.equal((await row()).state, 'confirmed')
     assert.deepEqual(events('payouts:escrow_confirmed'), [
-      { quoteId, payoutId, txHash, eventKey: `${quoteId}:payouts:escrow_confirmed` },
+      {
+        account: 'main',
+        quoteId,
+        payoutId,
+        txHash,
+        eventKey: `${quoteId}:payouts:escrow_confirmed`,
+      },
     ])
   })
 })

@@ -160,6 +160,7 @@ test.group(`Jobs | locks on Redis (${TEST_DB})`, () => {
     for (const { lines } of [a, b]) {
       const announced = lines.find((line) => line.msg === 'payouts jobs started')
       assert.deepEqual(announced?.obj, {
+        account: 'main',
         locks: 'redis',
         intervals: {
           reconcile: intervalMs,

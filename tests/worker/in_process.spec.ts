@@ -90,6 +90,7 @@ test.group(`Jobs | the prune job (${TEST_DB})`, () => {
     await service.startJobs()
     assert.deepEqual(announced, [
       {
+        account: 'main',
         locks: 'database',
         intervals: { reconcile: 60_000, escrow: 60_000, recover: 60_000, prune: 3_600_000 },
       },
