@@ -1,5 +1,6 @@
 import type { Database } from '@adonisjs/lucid/database'
 import { dbDate } from '../database/dates.ts'
+import { dropIdleConnections, withStatementTimeout } from '../database/deadline.ts'
 import { E_PAYOUTS_ACCOUNT_ENVIRONMENT } from '../errors.ts'
 import { withDeadline } from '../time_bounds.ts'
 
@@ -25,8 +26,13 @@ export interface AccountEnvironmentInput {
 export async function checkAccountEnvironment(input: AccountEnvironmentInput): Promise<void> {
   const { db, connection, table, account, environment, timeoutMs } = input
   const client = () => db.connection(connection)
+  // Each statement bounded on its own too: one past it has its connection destroyed, not
+  // returned to the pool (a stalled database must not keep the next attempt waiting).
   const read = async () => {
-    const row = await client().from(table).where('name', account).select('environment').first()
+    const row = await withStatementTimeout(
+      client().from(table).where('name', account).select('environment'),
+      timeoutMs
+    ).first()
     return (row?.environment as string | undefined) ?? null
   }
   const recorded = await withDeadline(
@@ -35,7 +41,10 @@ export async function checkAccountEnvironment(input: AccountEnvironmentInput): P
       if (found) return found
       try {
         const writer = client()
-        await writer.table(table).insert({ name: account, environment, created_at: dbDate(writer) })
+        await withStatementTimeout(
+          writer.table(table).insert({ name: account, environment, created_at: dbDate(writer) }),
+          timeoutMs
+        )
         return environment
       } catch (error) {
         // Another process recorded it first (the name is the primary key).
@@ -46,7 +55,11 @@ export async function checkAccountEnvironment(input: AccountEnvironmentInput): P
     })(),
     timeoutMs,
     `the environment of account ${account}`
-  )
+  ).catch((error) => {
+    // The idle connections most likely share the stalled one's fate.
+    dropIdleConnections(client(), error)
+    throw error
+  })
   if (recorded !== environment) {
     throw new E_PAYOUTS_ACCOUNT_ENVIRONMENT([account, recorded, environment])
   }

@@ -130,7 +130,7 @@ export class PayoutsService {
     }
     if (!this.#parts) {
       const connection = this.#connection
-      this.#parts = import('./wiring.ts').then(({ buildParts }) =>
+      const building = import('./wiring.ts').then(({ buildParts }) =>
         buildParts({
           config: this.config,
           deps: { ...this.#deps, database },
@@ -138,6 +138,12 @@ export class PayoutsService {
           notifier: this.#notifier,
         })
       )
+      // A build that failed (a database that did not answer its account check) is not kept:
+      // the next call builds again, so a transient fault never disables the service.
+      building.catch(() => {
+        if (this.#parts === building) this.#parts = undefined
+      })
+      this.#parts = building
     }
     return this.#parts
   }

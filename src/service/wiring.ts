@@ -134,7 +134,9 @@ export async function buildParts({
       table: tables.accounts,
       account: config.account,
       environment: client.environment,
-      timeoutMs: transactionTimeoutMs,
+      // Half the route's bound, as the secrets' load: a delivery that builds the parts
+      // still gets its 503 in time when the database does not answer.
+      timeoutMs: Math.ceil(config.webhook.ackTimeoutMs / 2),
     })
   }
 
