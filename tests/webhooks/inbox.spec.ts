@@ -476,4 +476,23 @@ test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
     const rows = await db.from(table).select('state', 'attempts')
     assert.isTrue(rows.every((row) => row.state === 'processed' && Number(row.attempts) === 1))
   })
+
+  test('a claim in a transaction takes at most its limit, in id order', async ({
+    assert,
+    cleanup,
+  }) => {
+    // PostgreSQL may plan the claim as a nested loop that runs its subquery once per row it
+    // updates: each run would then pick `limit` more rows (see `claimReturning`).
+    const { store } = await freshInbox(cleanup)
+    await Promise.all(['a', 'b', 'c', 'd', 'e'].map((id) => store.insert(delivery(id))))
+    const batches: string[][] = []
+    for (;;) {
+      const claimed = await store.processDueInTransaction(new Date(), 2, async (_trx, rows) =>
+        rows.map(() => ({ state: 'processed' as const, note: null }))
+      )
+      if (!claimed) break
+      batches.push(claimed.rows.map((row) => row.deliveryId))
+    }
+    assert.deepEqual(batches, [['a', 'b'], ['c', 'd'], ['e']])
+  })
 })
