@@ -6,6 +6,7 @@ import {
   type Meter,
 } from '@opentelemetry/api'
 import { PACKAGE_VERSION } from '../client/version.ts'
+import { DEFAULT_ACCOUNT } from '../constants.ts'
 import type {
   InboxBacklogSample,
   ClientRequestContext,
@@ -41,6 +42,7 @@ export const ATTR = {
   deliveryIds: 'payouts.inbox.delivery_ids',
   job: 'payouts.job',
   source: 'payouts.source',
+  account: 'payouts.account',
 } as const
 
 /**
@@ -120,8 +122,11 @@ export class PayoutsMetrics {
   readonly clientRetries: Counter
   readonly jobRuns: Counter
   readonly jobDuration: Histogram
-  /** The last backlog sample a process published (`svc-payouts.inbox.backlog`). */
-  #backlog: InboxBacklogSample | null = null
+  /**
+   * The last backlog sample of each account a process published (`svc-payouts.inbox.backlog`):
+   * the gauges report each under its `payouts.account`.
+   */
+  #backlogs = new Map<string, InboxBacklogSample>()
 
   constructor(meter: Meter = metrics.getMeter(SCOPE_NAME, PACKAGE_VERSION)) {
     // Observed from the last sample: none until a process that processes the inbox read one.
@@ -131,7 +136,9 @@ export class PayoutsMetrics {
         description: 'Stored deliveries not processed yet (sampled at most every 15 s).',
       })
       .addCallback((result) => {
-        if (this.#backlog) result.observe(this.#backlog.rows)
+        for (const [account, sample] of this.#backlogs) {
+          result.observe(sample.rows, { [ATTR.account]: account })
+        }
       })
     meter
       .createObservableGauge('payouts.inbox.oldest_age', {
@@ -139,7 +146,9 @@ export class PayoutsMetrics {
         description: 'Age of the oldest stored delivery not processed yet (0 when none waits).',
       })
       .addCallback((result) => {
-        if (this.#backlog) result.observe((this.#backlog.oldestAgeMs ?? 0) / 1000)
+        for (const [account, sample] of this.#backlogs) {
+          result.observe((sample.oldestAgeMs ?? 0) / 1000, { [ATTR.account]: account })
+        }
       })
     this.webhookDeliveries = meter.createCounter('payouts.webhook.deliveries', {
       unit: '{delivery}',
@@ -255,7 +264,7 @@ export class PayoutsMetrics {
 
   /** A backlog sample: the gauges report it until the next one. */
   backlogSampled(sample: InboxBacklogSample) {
-    this.#backlog = sample
+    this.#backlogs.set(sample.account ?? DEFAULT_ACCOUNT, sample)
   }
 
   inboxBatch(context: InboxBatchContext, _ending: Ending) {

@@ -83,7 +83,7 @@ export class BackgroundWork {
         timeoutMs: config.health.timeoutMs,
         account: config.account,
       })
-      backlogChannel.publish(sample)
+      backlogChannel.publish({ ...sample, account: config.account })
     } catch (error) {
       logger.debug({ err: error }, 'payouts inbox backlog not read')
     }

@@ -124,6 +124,8 @@ export interface InboxBacklogSample {
   rows: number
   /** Milliseconds since the oldest of them arrived; null when none waits. */
   oldestAgeMs: number | null
+  /** The account whose inbox it is (docs/accounts.md); `main` when not given. */
+  account?: string
 }
 
 /** The plain channel the backlog samples go out on. */

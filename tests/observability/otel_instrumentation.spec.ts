@@ -437,6 +437,10 @@ test.group(`Observability | OpenTelemetry instrumentation in a host app (${TEST_
       measured = await otel.metrics()
     }
     assert.equal(measured.points('payouts.inbox.backlog')[0]?.value, 3)
+    // Each account's backlog under its name (docs/accounts.md): this app's one account.
+    assert.deepEqual(measured.points('payouts.inbox.backlog')[0]?.attributes, {
+      'payouts.account': 'main',
+    })
     assert.isAtLeast(measured.points('payouts.inbox.oldest_age')[0]?.value, 0)
     assert.equal(measured.descriptor('payouts.inbox.oldest_age')?.unit, 's')
     assert.isAbove(statements.length, 0, 'read while instrumented')
