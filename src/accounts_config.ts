@@ -1,4 +1,4 @@
-import { ACCOUNT_NAME_PATTERN, DEFAULT_WEBHOOK_PATH } from './constants.ts'
+import { ACCOUNT_NAME_PATTERN, DEFAULT_ACCOUNT, DEFAULT_WEBHOOK_PATH } from './constants.ts'
 import { validateConfig, type PayoutsConfig, type PayoutsConfigInput } from './define_config.ts'
 import { E_INVALID_PAYOUTS_CONFIG } from './errors.ts'
 
@@ -34,9 +34,9 @@ const invalid = (reason: string) => new E_INVALID_PAYOUTS_CONFIG([reason])
 /**
  * Validates `config/payouts.ts` as a whole. A one-account config is the account `main` (it
  * names no account: its rows from before are `main`'s). With `accounts`, each account's
- * settings go over the shared ones (section by section); the default account's webhook path
- * defaults to `webhook.path` and every other's to it plus `/<name>`; two accounts on one
- * path or one API key are refused. A wrong value is named where it was written: under its
+ * settings go over the shared ones (section by section); `main`'s webhook path (a lone
+ * account's) defaults to `webhook.path` and every other's to it plus `/<name>`; two accounts
+ * on one path, one API key or one webhook secret are refused. A wrong value is named where it was written: under its
  * account (`accounts.eu.apiKey`) or shared (`timeoutMs`). Values are never shown.
  */
 export function validateManagerConfig(input: PayoutsManagerConfigInput): PayoutsManagerConfig {
@@ -62,12 +62,20 @@ export function validateManagerConfig(input: PayoutsManagerConfigInput): Payouts
   const sharedPath = (shared.webhook as { path?: string } | undefined)?.path ?? DEFAULT_WEBHOOK_PATH
   const accounts: Record<string, PayoutsConfig> = {}
   for (const name of names) {
+    // `main` (or a lone account) keeps the path; the others add their name. Never by
+    // `default`: changing the default must not move an account's subscriptions' route.
+    const keeps = name === DEFAULT_ACCOUNT || names.length === 1
     accounts[name] = validateAccount(name, named[name], shared, {
-      path: name === chosen ? sharedPath : `${sharedPath.replace(/\/+$/, '')}/${name}`,
+      path: keeps ? sharedPath : `${sharedPath.replace(/\/+$/, '')}/${name}`,
     })
   }
   refuseShared(accounts, (config) => config.webhook.path, 'webhook.path', 'path')
   refuseShared(accounts, (config) => config.apiKey, 'apiKey', 'API key')
+  // A route accepts its own account's secrets only: one secret shared by two accounts would
+  // let a delivery signed for one be applied as the other's.
+  const secrets = (config: PayoutsConfig) =>
+    [config.webhook.secret, config.webhook.previousSecret].filter((value) => value !== undefined)
+  refuseShared(accounts, secrets, 'webhook.secret', 'webhook secret')
   return { default: chosen, accounts }
 }
 
@@ -94,20 +102,29 @@ function validateAccount(
   )
 }
 
-/** Two accounts with one value of `read` (a route, a key) are refused, naming both. */
+/**
+ * Two accounts with one value of `read` (a route, a key, a secret) are refused, naming both
+ * accounts, never the value; a value set beside `accounts` is every account's, so give each
+ * its own.
+ */
 function refuseShared(
   accounts: Record<string, PayoutsConfig>,
-  read: (config: PayoutsConfig) => string | undefined,
+  read: (config: PayoutsConfig) => string | undefined | string[],
   key: string,
   what: string
 ) {
   const seen = new Map<string, string>()
   for (const [name, config] of Object.entries(accounts)) {
-    const value = read(config)
-    if (value === undefined) continue
-    const taken = seen.get(value)
-    if (taken) throw invalid(`accounts.${name}.${key} is the ${what} of accounts.${taken}`)
-    seen.set(value, name)
+    const found = read(config)
+    for (const value of Array.isArray(found) ? found : found === undefined ? [] : [found]) {
+      const taken = seen.get(value)
+      if (taken && taken !== name) {
+        throw invalid(
+          `accounts.${name}.${key} is the ${what} of accounts.${taken}: give each account its own`
+        )
+      }
+      seen.set(value, name)
+    }
   }
 }
 

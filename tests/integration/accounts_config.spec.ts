@@ -95,6 +95,33 @@ test.group('Accounts | validateManagerConfig', () => {
     )
   })
 
+  test('a webhook secret shared by two accounts is refused, the secret never shown', ({
+    assert,
+  }) => {
+    // Set beside the accounts, it would be both accounts': a delivery signed for main
+    // would be applied as eu's on eu's route.
+    const shared = refusal(twoAccounts({ webhook: { secret: 'whsec_shared_by_both' } }))
+    assert.match(shared, /accounts\.eu\.webhook\.secret is the webhook secret of accounts\.main/)
+    assert.notInclude(shared, 'whsec_shared_by_both')
+    // One account's previous secret is another's current one: refused too.
+    const crossed = twoAccounts()
+    ;(crossed as any).accounts.main.webhook = { secret: 'whsec_main_now' }
+    ;(crossed as any).accounts.eu.webhook = {
+      secret: 'whsec_eu_now',
+      previousSecret: 'whsec_main_now',
+      previousSecretValidUntil: '2030-01-01T00:00:00Z',
+    }
+    assert.match(
+      refusal(crossed),
+      /accounts\.eu\.webhook\.secret is the webhook secret of accounts\.main/
+    )
+    // Each its own: accepted.
+    const own = twoAccounts()
+    ;(own as any).accounts.main.webhook = { secret: 'whsec_main_now' }
+    ;(own as any).accounts.eu.webhook = { secret: 'whsec_eu_now' }
+    assert.equal(validateManagerConfig(own).accounts.eu.webhook.secret, 'whsec_eu_now')
+  })
+
   test('two accounts on one API key are refused, the key never shown', ({ assert }) => {
     const reason = refusal(twoAccounts({ accounts: { main: {}, eu: {} } }))
     assert.match(reason, /accounts\.eu\.apiKey is the API key of accounts\.main/)
@@ -145,16 +172,28 @@ test.group('Accounts | validateManagerConfig', () => {
     }
   })
 
-  test("webhook paths: the default account's is webhook.path, every other's that plus /<name>", ({
+  test("webhook paths: main's (a lone account's) is webhook.path, every other's that plus /<name>, whichever is the default", ({
     assert,
   }) => {
     const plain = validateManagerConfig(twoAccounts())
     assert.equal(plain.accounts.main.webhook.path, '/webhooks/payouts')
     assert.equal(plain.accounts.eu.webhook.path, '/webhooks/payouts/eu')
 
+    // Changing the default moves no route: main's subscriptions keep reaching main.
     const euFirst = validateManagerConfig(twoAccounts({ default: 'eu' }))
-    assert.equal(euFirst.accounts.eu.webhook.path, '/webhooks/payouts')
-    assert.equal(euFirst.accounts.main.webhook.path, '/webhooks/payouts/main')
+    assert.equal(euFirst.accounts.main.webhook.path, '/webhooks/payouts')
+    assert.equal(euFirst.accounts.eu.webhook.path, '/webhooks/payouts/eu')
+
+    // Without a main, every account of several adds its name; a lone one keeps the path.
+    const regions = validateManagerConfig({
+      baseUrl: 'http://x.test',
+      default: 'us',
+      accounts: { us: { apiKey: TEST_API_KEY }, eu: { apiKey: EU_API_KEY } },
+    })
+    assert.equal(regions.accounts.us.webhook.path, '/webhooks/payouts/us')
+    assert.equal(regions.accounts.eu.webhook.path, '/webhooks/payouts/eu')
+    const lone = validateManagerConfig({ baseUrl: 'http://x.test', accounts: { us: {} } })
+    assert.equal(lone.accounts.us.webhook.path, '/webhooks/payouts')
 
     const shared = validateManagerConfig(twoAccounts({ webhook: { path: '/hooks/svc' } }))
     assert.equal(shared.accounts.main.webhook.path, '/hooks/svc')
