@@ -1,4 +1,5 @@
 import { createError, Exception } from '@adonisjs/core/exceptions'
+import { DEFAULT_ACCOUNT } from './constants.ts'
 
 /**
  * Errors raised by the AdonisJS side of the plugin. API errors live in
@@ -74,6 +75,15 @@ export const E_PAYOUTS_API_KEY_MISSING = createError(
   500
 )
 
+/** @internal E_PAYOUTS_API_KEY_MISSING, naming the account whose key is missing when it is not `main`. */
+export function missingKey(account: string = DEFAULT_ACCOUNT) {
+  const error = new E_PAYOUTS_API_KEY_MISSING()
+  if (account !== DEFAULT_ACCOUNT) {
+    error.message = `No Payout Service API key for account "${account}": set accounts.${account}.apiKey in config/payouts.ts`
+  }
+  return error
+}
+
 /**
  * `payouts.fake()` was asked something the service would refuse, or saw the app refuse a
  * delivery (no webhook route, a bad secret): the message says which.
@@ -146,5 +156,16 @@ export const E_UNKNOWN_PAYOUTS_ACCOUNT = createError<[string, string]>(
 export const E_PAYOUTS_ACCOUNT_ENVIRONMENT = createError<[string, string, string]>(
   'The payouts account "%s" holds %s rows, but its key is now a %s key: give the new key its own account (docs/accounts.md)',
   'E_PAYOUTS_ACCOUNT_ENVIRONMENT',
+  500
+)
+
+/**
+ * An account configured with the key another account of this app last used (keys swapped,
+ * or one pasted into the other's variable): refused, since its intents would be re-sent
+ * under the other account's key, which the service would take for new payouts.
+ */
+export const E_PAYOUTS_ACCOUNT_KEY = createError<[string, string]>(
+  'The payouts account "%s" is configured with the API key account "%s" last used: each account keeps its own key (docs/accounts.md)',
+  'E_PAYOUTS_ACCOUNT_KEY',
   500
 )

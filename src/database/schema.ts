@@ -371,7 +371,8 @@ function accountTables(prefix: string) {
  * - the unique keys per account (`account` first): the same delivery id, payout id or
  *   idempotency key in two accounts is two rows;
  * - `accounts`: the environment (sandbox or production) each account's key had when it first
- *   used the ledger, so a live key never takes over a sandbox account's rows (or the reverse);
+ *   used the ledger, so a live key never takes over a sandbox account's rows (or the reverse),
+ *   and a fingerprint of the key it last used, so two accounts' keys swapped are refused;
  * - `heartbeats` again, keyed by account and name (its rows are rewritten within an interval).
  */
 export function createPayoutsAccounts(schema: Knex.SchemaBuilder, prefix = DEFAULT_TABLE_PREFIX) {
@@ -413,6 +414,9 @@ export function createPayoutsAccounts(schema: Knex.SchemaBuilder, prefix = DEFAU
       binary(table)
       table.string('name', 64).notNullable().primary()
       table.string('environment', 16).notNullable()
+      // A SHA-256 prefix of the key it last used (never the key): a key two accounts swap
+      // is refused.
+      table.string('key_fingerprint', 64).nullable().index()
       at(table, 'created_at').notNullable()
     })
 }

@@ -1,7 +1,8 @@
+import { createHash } from 'node:crypto'
 import type { Database } from '@adonisjs/lucid/database'
 import { dbDate } from '../database/dates.ts'
 import { dropIdleConnections, withStatementTimeout } from '../database/deadline.ts'
-import { E_PAYOUTS_ACCOUNT_ENVIRONMENT } from '../errors.ts'
+import { E_PAYOUTS_ACCOUNT_ENVIRONMENT, E_PAYOUTS_ACCOUNT_KEY } from '../errors.ts'
 import { withDeadline } from '../time_bounds.ts'
 
 /** Where an account's environment is kept, and the account with the key it now has. */
@@ -13,54 +14,99 @@ export interface AccountEnvironmentInput {
   account: string
   /** The environment of the key configured now (the client's: sk_live_ is production). */
   environment: string
+  /** The key configured now: only its fingerprint is kept (a SHA-256, never the key). */
+  apiKey?: string
   timeoutMs: number
 }
 
+/** What the check found: `rotated` when the account's key is not the one it last used. */
+export interface AccountCheck {
+  rotated: boolean
+}
+
 /**
- * Records the environment of an account's key the first time the account uses the ledger,
- * and refuses a key of the other environment afterwards (E_PAYOUTS_ACCOUNT_ENVIRONMENT): the
- * account's rows (payouts, intents, deliveries) were made by the service of the first one,
- * and a live key must never reconcile, retry or answer for sandbox rows, nor the reverse.
+ * A key's fingerprint: enough to tell two keys apart, nothing to rebuild one from (a key is
+ * 43 random characters).
+ */
+export function keyFingerprint(apiKey: string): string {
+  return createHash('sha256').update(apiKey).digest('hex').slice(0, 32)
+}
+
+interface AccountRow {
+  name: string
+  environment: string
+  key_fingerprint: string | null
+}
+
+/**
+ * Checks an account's key against what the ledger recorded when the account first used it:
+ * - a key of the other environment is refused (E_PAYOUTS_ACCOUNT_ENVIRONMENT): the account's
+ *   rows were made by the service of the first one, and a live key must never reconcile,
+ *   retry or answer for sandbox rows, nor the reverse;
+ * - a key another account last used is refused (E_PAYOUTS_ACCOUNT_KEY): two accounts' keys
+ *   swapped in the environment would re-send one account's intents with the other's key,
+ *   which the service would take for new payouts;
+ * - a key never seen is the account's new key (a rotation): recorded, and told (`rotated`).
  * Two processes recording at once: one insert wins, the other reads what it wrote.
  */
-export async function checkAccountEnvironment(input: AccountEnvironmentInput): Promise<void> {
+export async function checkAccountEnvironment(
+  input: AccountEnvironmentInput
+): Promise<AccountCheck> {
   const { db, connection, table, account, environment, timeoutMs } = input
+  const fingerprint = input.apiKey ? keyFingerprint(input.apiKey) : null
   const client = () => db.connection(connection)
   // Each statement bounded on its own too: one past it has its connection destroyed, not
   // returned to the pool (a stalled database must not keep the next attempt waiting).
-  const read = async () => {
-    const row = await withStatementTimeout(
-      client().from(table).where('name', account).select('environment'),
-      timeoutMs
-    ).first()
-    return (row?.environment as string | undefined) ?? null
+  const bounded = <Query extends { timeout(ms: number): Query }>(query: Query) =>
+    withStatementTimeout(query, timeoutMs)
+  const read = async (): Promise<AccountRow[]> => {
+    const query = client()
+      .from(table)
+      .where('name', account)
+      .select('name', 'environment', 'key_fingerprint')
+    if (fingerprint) query.orWhere('key_fingerprint', fingerprint)
+    return bounded(query)
   }
-  const recorded = await withDeadline(
-    (async () => {
-      const found = await read()
-      if (found) return found
+  const work = async (): Promise<AccountCheck> => {
+    let rows = await read()
+    let own = rows.find((row) => row.name === account)
+    if (!own) {
       try {
         const writer = client()
-        await withStatementTimeout(
-          writer.table(table).insert({ name: account, environment, created_at: dbDate(writer) }),
-          timeoutMs
+        await bounded(
+          writer.table(table).insert({
+            name: account,
+            environment,
+            key_fingerprint: fingerprint,
+            created_at: dbDate(writer),
+          })
         )
-        return environment
       } catch (error) {
         // Another process recorded it first (the name is the primary key).
-        const raced = await read()
-        if (raced) return raced
-        throw error
+        rows = await read()
+        if (!rows.some((row) => row.name === account)) throw error
       }
-    })(),
-    timeoutMs,
-    `the environment of account ${account}`
-  ).catch((error) => {
+      rows = rows.length ? rows : await read()
+      own = rows.find((row) => row.name === account) ?? {
+        name: account,
+        environment,
+        key_fingerprint: fingerprint,
+      }
+    }
+    if (own.environment !== environment) {
+      throw new E_PAYOUTS_ACCOUNT_ENVIRONMENT([account, own.environment, environment])
+    }
+    const other = rows.find((row) => row.name !== account)
+    if (other) throw new E_PAYOUTS_ACCOUNT_KEY([account, other.name])
+    if (!fingerprint || own.key_fingerprint === fingerprint) return { rotated: false }
+    await bounded(
+      client().from(table).where('name', account).update({ key_fingerprint: fingerprint })
+    )
+    return { rotated: own.key_fingerprint !== null }
+  }
+  return withDeadline(work(), timeoutMs, `the key check of account ${account}`).catch((error) => {
     // The idle connections most likely share the stalled one's fate.
     dropIdleConnections(client(), error)
     throw error
   })
-  if (recorded !== environment) {
-    throw new E_PAYOUTS_ACCOUNT_ENVIRONMENT([account, recorded, environment])
-  }
 }

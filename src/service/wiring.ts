@@ -124,20 +124,27 @@ export async function buildParts({
   configureModels(tablePrefix, connection)
   const db = await deps.database()
   const client = api.client
-  // A key of the other environment never takes over an account's rows (a fake's emulator
-  // is no environment: its rows are a test's).
+  // A key of the other environment, or another account's key, never takes over an
+  // account's rows (a fake's emulator is no environment: its rows are a test's).
   if (config.apiKey && !api.faked) {
     const { checkAccountEnvironment } = await import('./account_environment.ts')
-    await checkAccountEnvironment({
+    const checked = await checkAccountEnvironment({
       db,
       connection,
       table: tables.accounts,
       account: config.account,
       environment: client.environment,
+      apiKey: config.apiKey,
       // Half the route's bound, as the secrets' load: a delivery that builds the parts
       // still gets its 503 in time when the database does not answer.
       timeoutMs: Math.ceil(config.webhook.ackTimeoutMs / 2),
     })
+    if (checked.rotated) {
+      logger.warn(
+        { account: config.account },
+        'payouts: the API key of this account changed since it last used the ledger'
+      )
+    }
   }
 
   // PostgreSQL, the relay on: each COMMIT of changes wakes the web processes' relays.

@@ -1,6 +1,6 @@
 import { test } from '@japa/runner'
 import { tableNames } from '../../src/database/schema.ts'
-import { checkAccountEnvironment } from '../../src/service/account_environment.ts'
+import { checkAccountEnvironment, keyFingerprint } from '../../src/service/account_environment.ts'
 import { setupDatabase } from '../helpers/database.ts'
 
 test.group('Accounts | the environment of each account key', () => {
@@ -66,5 +66,62 @@ test.group('Accounts | the environment of each account key', () => {
 
     const rows = await db.from(table).where('name', 'eu')
     assert.lengthOf(rows, 1)
+  })
+})
+
+test.group('Accounts | the key each account last used', () => {
+  const KEY_A = `sk_test_${'a'.repeat(43)}`
+  const KEY_B = `sk_test_${'b'.repeat(43)}`
+  const KEY_C = `sk_test_${'c'.repeat(43)}`
+
+  test("two accounts' keys swapped are refused with E_PAYOUTS_ACCOUNT_KEY, naming both accounts", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup)
+    const table = tableNames(prefix).accounts
+    const check = (account: string, apiKey: string) =>
+      checkAccountEnvironment({
+        db,
+        table,
+        account,
+        apiKey,
+        environment: 'sandbox',
+        timeoutMs: 5000,
+      })
+    await check('main', KEY_A)
+    await check('eu', KEY_B)
+
+    const swapped = await check('main', KEY_B).catch((error) => error)
+    assert.equal(swapped?.code, 'E_PAYOUTS_ACCOUNT_KEY')
+    assert.include(swapped.message, '"main" is configured with the API key account "eu" last used')
+    assert.notInclude(swapped.message, KEY_B)
+    // Nothing recorded changed: main still holds its own key's fingerprint.
+    assert.deepEqual(await check('main', KEY_A), { rotated: false })
+  })
+
+  test('a new key for an account is its rotation: recorded and reported once; only a fingerprint is kept', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup)
+    const table = tableNames(prefix).accounts
+    const check = (apiKey: string) =>
+      checkAccountEnvironment({
+        db,
+        table,
+        account: 'main',
+        apiKey,
+        environment: 'sandbox',
+        timeoutMs: 5000,
+      })
+    assert.deepEqual(await check(KEY_A), { rotated: false })
+    assert.deepEqual(await check(KEY_C), { rotated: true })
+    assert.deepEqual(await check(KEY_C), { rotated: false })
+
+    const rows = await db.from(table)
+    assert.lengthOf(rows, 1)
+    assert.equal(rows[0].key_fingerprint, keyFingerprint(KEY_C))
+    assert.notInclude(JSON.stringify(rows), KEY_C.slice(8))
   })
 })
