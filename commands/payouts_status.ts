@@ -33,7 +33,15 @@ export default class PayoutsStatus extends PayoutsCommand<StatusResult> {
   protected async perform(payouts: PayoutsService, manager: PayoutsManager) {
     if (this.account !== undefined || manager.accounts.length === 1) return payouts.health()
     const accounts: Record<string, PayoutsHealthReport> = {}
-    for (const name of manager.accounts) accounts[name] = await manager.use(name).health()
+    const { unreadableReport } = await import('../src/health/report.ts')
+    // One account that cannot be read (no key, a refused key) is an error of its own; the
+    // others are still reported.
+    for (const name of manager.accounts) {
+      const service = manager.use(name)
+      accounts[name] = await service
+        .health()
+        .catch((error) => unreadableReport(service.config, error))
+    }
     const reports = Object.entries(accounts)
     const status = reports.reduce<Verdict>(
       (worst, [, report]) => (RANK[report.status] > RANK[worst] ? report.status : worst),

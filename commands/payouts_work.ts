@@ -74,10 +74,22 @@ export default class PayoutsWork extends SwitchesCommand {
     this.app.terminating(() => this.stop())
     process.once('SIGINT', this.#onSignal)
     process.once('SIGTERM', this.#onSignal)
-    try {
-      for (const worker of this.#workers) await worker.start()
-    } catch (error) {
-      this.logger.error(`Worker failed to start: ${(error as Error).message}`)
+    // Each account on its own: one that cannot start (no key, a refused key) is reported and
+    // left out; the others run. None started: exit 1.
+    const started: PayoutsWorker[] = []
+    for (const [index, worker] of this.#workers.entries()) {
+      try {
+        await worker.start()
+        started.push(worker)
+      } catch (error) {
+        const which = served.length > 1 ? ` for account "${served[index]}"` : ''
+        // Its service is closed with the app's shutdown (the default one's close would
+        // close every account's).
+        this.logger.error(`Worker${which} failed to start: ${(error as Error).message}`)
+      }
+    }
+    this.#workers = started
+    if (started.length === 0) {
       this.exitCode = 1
       await this.stop()
       return this.terminate()

@@ -91,17 +91,22 @@ export default class PayoutsProvider {
       const { createClient } = await import('../src/service/client_factory.ts')
       const hasLucid = this.app.container.hasBinding('lucid.db')
       const host = hostLockServices(this.app)
-      this.#service = new PayoutsManager(config, (account) => ({
-        logger,
-        emitter,
-        createClient: () => createClient(account, logger),
-        database: hasLucid ? () => this.app.container.make('lucid.db') : undefined,
-        encryption: () => this.app.container.make('encryption'),
-        httpServer: () => this.app.container.make('server'),
-        transmitTransport: () => Boolean(this.app.config.get('transmit.transport', null)),
-        servesSubscribers: () => this.#servesSubscribers(),
-        ...host,
-      }))
+      this.#service = new PayoutsManager(config, (account) => {
+        // Every line another account logs names it; main's read as a one-account app's.
+        const logs =
+          account.account === DEFAULT_ACCOUNT ? logger : logger.child({ account: account.account })
+        return {
+          logger: logs,
+          emitter,
+          createClient: () => createClient(account, logs),
+          database: hasLucid ? () => this.app.container.make('lucid.db') : undefined,
+          encryption: () => this.app.container.make('encryption'),
+          httpServer: () => this.app.container.make('server'),
+          transmitTransport: () => Boolean(this.app.config.get('transmit.transport', null)),
+          servesSubscribers: () => this.#servesSubscribers(),
+          ...host,
+        }
+      })
       return this.#service
     })
     this.app.container.singleton(PayoutsService, (resolver) => resolver.make(PayoutsManager))

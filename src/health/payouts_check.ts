@@ -46,9 +46,20 @@ export class PayoutsCheck extends BaseCheck {
       const bound = payouts.config.health.timeoutMs + MARGIN_MS
       // The manager (`payouts.manager`) is every account's: each read at once, each bounded.
       const services = (payouts as Partial<Pick<PayoutsManager, 'all'>>).all?.() ?? [payouts]
+      // Several accounts: one that cannot be read is an error line of its own, the others
+      // are still reported.
+      const several = services.length > 1
       reports = await Promise.all(
         services.map((service) =>
-          withDeadline(service.health(), bound, `payouts health report (${service.config.account})`)
+          withDeadline(
+            service.health(),
+            bound,
+            `payouts health report (${service.config.account})`
+          ).catch(async (error) => {
+            if (!several) throw error
+            const { unreadableReport } = await import('./report.ts')
+            return unreadableReport(service.config, error)
+          })
         )
       )
     } catch (error) {

@@ -292,3 +292,35 @@ export async function readHealth(sources: HealthSources): Promise<PayoutsHealthR
     checks,
   }
 }
+
+/**
+ * One account's report when it could not be read at all (no key, a refused key, a database
+ * that did not answer its parts' build): an error naming the account, so a listing of several
+ * accounts still shows the others'.
+ */
+export function unreadableReport(
+  config: Pick<PayoutsConfig, 'account' | 'apiKey' | 'environment' | 'baseUrl' | 'events'>,
+  error: unknown
+): PayoutsHealthReport {
+  const reason = redactCredentials((error as Error)?.message ?? String(error))
+  const message = `could not read the health of account ${config.account}: ${reason}`
+  return {
+    status: 'error',
+    message,
+    account: config.account,
+    environment:
+      config.environment ?? (config.apiKey?.startsWith('sk_live_') ? 'production' : 'sandbox'),
+    eventSources: config.events.sources,
+    lastEventReceivedAt: null,
+    checks: {
+      reachability: {
+        status: 'error',
+        value: null,
+        message,
+        baseUrl: redactCredentials(config.baseUrl),
+        cached: false,
+        checkedAt: new Date().toISOString(),
+      },
+    },
+  }
+}

@@ -1,7 +1,7 @@
 import type { Logger } from '@adonisjs/core/logger'
 import type { PayoutsConfig } from '../define_config.ts'
 import debug from '../debug.ts'
-import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
+import { missingKey } from '../errors.ts'
 import type { HostLockServices, JobLocks } from '../jobs/locks.ts'
 import { backlogChannel, channels, traced } from '../tracing/channels.ts'
 
@@ -187,7 +187,7 @@ export class BackgroundWork {
     const { streamToInbox } = await import('../stream/stream_to_inbox.ts')
     const { config, logger, catchUp } = this.#options
     const { inbox, processor } = await this.#options.parts()
-    if (!config.apiKey) throw new E_PAYOUTS_API_KEY_MISSING()
+    if (!config.apiKey) throw missingKey(config.account)
     this.#stream = new PayoutsStream({
       url,
       apiKey: config.apiKey,

@@ -1,7 +1,7 @@
 import type { Logger } from '@adonisjs/core/logger'
 import { PayoutsClient } from '../client/main.ts'
 import type { PayoutsConfig } from '../define_config.ts'
-import { E_PAYOUTS_API_KEY_MISSING } from '../errors.ts'
+import { missingKey } from '../errors.ts'
 import { clientRetries } from './client_retries.ts'
 
 /**
@@ -9,7 +9,7 @@ import { clientRetries } from './client_retries.ts'
  * Without a key (none issued yet) it throws E_PAYOUTS_API_KEY_MISSING.
  */
 export function createClient(config: PayoutsConfig, logger: Logger): PayoutsClient {
-  if (!config.apiKey) throw new E_PAYOUTS_API_KEY_MISSING()
+  if (!config.apiKey) throw missingKey(config.account)
   return new PayoutsClient({
     apiKey: config.apiKey,
     baseUrl: config.baseUrl,

@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto'
 import { test } from '@japa/runner'
 import { HealthChecks } from '@adonisjs/core/health'
+import PayoutsStatus from '../../commands/payouts_status.ts'
+import PayoutsWork from '../../commands/payouts_work.ts'
 import { dbDate } from '../../src/database/dates.ts'
 import { PayoutsCheck } from '../../src/health/main.ts'
 import { startEmulator } from '../emulator/helpers.ts'
@@ -73,5 +75,72 @@ test.group(`Health check, several accounts (${TEST_DB})`, () => {
     assert.equal(eu.status, 'error')
     assert.equal(eu.meta!.account, 'eu')
     assert.isUndefined(eu.meta!.accounts)
+  }).timeout(30_000)
+})
+
+test.group(`Several accounts, one without a key (${TEST_DB})`, () => {
+  /** main on its emulator; eu configured without a key (none issued yet). */
+  async function oneKeyless(cleanup: (fn: () => Promise<void>) => void) {
+    const main = await startEmulator(cleanup, { rateLimits: false })
+    return startHttpApp(cleanup, {
+      clientRateLimiter: false,
+      webhook: { processing: 'worker' },
+      default: 'main',
+      accounts: {
+        main: { apiKey: main.apiKey, baseUrl: main.baseUrl },
+        eu: { apiKey: undefined, baseUrl: main.baseUrl, webhook: { secret: 'whsec_eu_secret' } },
+      },
+    } as any)
+  }
+
+  test("the check and payouts:status report main's health and eu's error, naming eu", async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await oneKeyless(cleanup)
+    const check = (await new HealthChecks().register([new PayoutsCheck(app.payouts)]).run())
+      .checks[0]
+    assert.equal(check.status, 'error')
+    assert.equal(check.meta!.accounts.main.status, 'ok')
+    assert.equal(check.meta!.accounts.eu.status, 'error')
+    assert.match(check.message, /^eu: could not read the health of account eu: .*account "eu"/)
+
+    const ace = await app.app.container.make('ace')
+    ace.ui.switchMode('raw')
+    const command = await ace.create(PayoutsStatus, ['--json'])
+    await command.exec()
+    assert.equal(command.exitCode, 1)
+    const printed = JSON.parse(command.logger.getLogs()[0].message)
+    assert.equal(printed.accounts.main.status, 'ok')
+    assert.equal(printed.accounts.eu.status, 'error')
+    assert.match(printed.accounts.eu.message, /accounts\.eu\.apiKey/)
+  }).timeout(30_000)
+
+  test('payouts:work serves main and says that eu could not start, naming it', async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await oneKeyless(cleanup)
+    const ace = await app.app.container.make('ace')
+    ace.ui.switchMode('raw')
+    const command = await ace.create(PayoutsWork, ['--poll-interval-ms=50'])
+    await command.exec()
+    cleanup(() => command.stop())
+    const logs = command.logger
+      .getLogs()
+      .map((log: { message: string }) => log.message)
+      .join('\n')
+    assert.match(logs, /Worker for account "eu" failed to start: .*account "eu"/)
+    assert.notMatch(logs, /account "main"/)
+    // main's worker runs: it beats as main's worker.
+    const payouts = app.payouts
+    let beat: string | null | undefined
+    for (let i = 0; i < 50 && !beat; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      beat = (await payouts.health()).checks.heartbeats?.lastBeats.worker
+    }
+    assert.isString(beat)
+    await command.stop()
+    assert.notEqual(command.exitCode, 1)
   }).timeout(30_000)
 })
