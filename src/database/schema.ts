@@ -272,16 +272,25 @@ export function createPayoutsLeases(schema: Knex.SchemaBuilder, prefix = DEFAULT
       table.string('notify_owner', 64).nullable()
       at(table, 'notify_until').nullable()
     })
-    .createTable(t.heartbeats, (table) => {
-      if (mysql) {
-        table.charset('utf8mb4')
-        table.collate('utf8mb4_bin')
-      }
-      // One row per beat source: `worker`, `job:reconcile`, ... (and the process that beat).
-      table.string('name', 191).notNullable().primary()
-      table.string('owner', 128).nullable()
-      at(table, 'beat_at').notNullable()
-    })
+    .createTable(t.heartbeats, (table) => oneAccountHeartbeats(table, mysql, at))
+}
+
+/**
+ * The heartbeats table of the third migration (and of the fifth's `down`): one row per beat
+ * source, `worker`, `job:reconcile`, ... (and the process that beat).
+ */
+function oneAccountHeartbeats(
+  table: Knex.CreateTableBuilder,
+  mysql: boolean,
+  at: (table: Knex.CreateTableBuilder, name: string) => Knex.ColumnBuilder
+) {
+  if (mysql) {
+    table.charset('utf8mb4')
+    table.collate('utf8mb4_bin')
+  }
+  table.string('name', 191).notNullable().primary()
+  table.string('owner', 128).nullable()
+  at(table, 'beat_at').notNullable()
 }
 
 /** Removes them (the third migration's `down`). */
@@ -453,13 +462,5 @@ export function dropPayoutsAccounts(schema: Knex.SchemaBuilder, prefix = DEFAULT
   return schema
     .dropTableIfExists(t.accounts)
     .dropTableIfExists(t.heartbeats)
-    .createTable(t.heartbeats, (table) => {
-      if (mysql) {
-        table.charset('utf8mb4')
-        table.collate('utf8mb4_bin')
-      }
-      table.string('name', 191).notNullable().primary()
-      table.string('owner', 128).nullable()
-      at(table, 'beat_at').notNullable()
-    })
+    .createTable(t.heartbeats, (table) => oneAccountHeartbeats(table, mysql, at))
 }
