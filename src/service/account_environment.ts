@@ -69,35 +69,25 @@ export async function checkAccountEnvironment(
   }
   const work = async (): Promise<AccountCheck> => {
     let rows = await read()
+    // The key another account last used: refused before anything is recorded for this one.
+    const other = rows.find((row) => row.name !== account)
+    if (other) throw new E_PAYOUTS_ACCOUNT_KEY([account, other.name])
     let own = rows.find((row) => row.name === account)
     if (!own) {
+      own = { name: account, environment, key_fingerprint: fingerprint }
       try {
         const writer = client()
-        await bounded(
-          writer.table(table).insert({
-            name: account,
-            environment,
-            key_fingerprint: fingerprint,
-            created_at: dbDate(writer),
-          })
-        )
+        await bounded(writer.table(table).insert({ ...own, created_at: dbDate(writer) }))
       } catch (error) {
-        // Another process recorded it first (the name is the primary key).
+        // Another process recorded it first (the name is the primary key): its row counts.
         rows = await read()
-        if (!rows.some((row) => row.name === account)) throw error
-      }
-      rows = rows.length ? rows : await read()
-      own = rows.find((row) => row.name === account) ?? {
-        name: account,
-        environment,
-        key_fingerprint: fingerprint,
+        own = rows.find((row) => row.name === account)
+        if (!own) throw error
       }
     }
     if (own.environment !== environment) {
       throw new E_PAYOUTS_ACCOUNT_ENVIRONMENT([account, own.environment, environment])
     }
-    const other = rows.find((row) => row.name !== account)
-    if (other) throw new E_PAYOUTS_ACCOUNT_KEY([account, other.name])
     if (!fingerprint || own.key_fingerprint === fingerprint) return { rotated: false }
     await bounded(
       client().from(table).where('name', account).update({ key_fingerprint: fingerprint })

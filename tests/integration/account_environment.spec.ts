@@ -98,6 +98,10 @@ test.group('Accounts | the key each account last used', () => {
     assert.notInclude(swapped.message, KEY_B)
     // Nothing recorded changed: main still holds its own key's fingerprint.
     assert.deepEqual(await check('main', KEY_A), { rotated: false })
+    // A new account given main's key: refused, and nothing recorded for it.
+    const renamed = await check('us', KEY_A).catch((error) => error)
+    assert.equal(renamed?.code, 'E_PAYOUTS_ACCOUNT_KEY')
+    assert.isNull(await db.from(table).where('name', 'us').first())
   })
 
   test('a new key for an account is its rotation: recorded and reported once; only a fingerprint is kept', async ({
