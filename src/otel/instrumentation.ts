@@ -232,6 +232,8 @@ interface Owner {
   failed(what: string, error: unknown): void
 }
 
+const OPEN = Symbol('payouts.otel.open')
+
 interface Open {
   span?: Span
   startedAt: number
@@ -270,14 +272,16 @@ function linksOf<Ctx extends object>(shape: SpanShape<Ctx>, message: Ctx, parent
  */
 function watch<Ctx extends object>(shape: SpanShape<Ctx>, owner: Owner): () => void {
   const channel = tracingChannel<Context, Ctx>(shape.channel)
-  const open = new WeakMap<object, Open>()
+  // The open span rides on the trace's own context object (a symbol key no subscriber reads):
+  // a WeakMap's ephemerons cost every garbage collection more than one property does.
+  type Tracked = Ctx & { [OPEN]?: Open }
   const store = new ActiveSpanStore()
 
   // Called before `start` is published, around the work: the span begins here.
   const begin = (message: Ctx): Context => {
     const parent = otelContext.active()
     const opened: Open = { startedAt: performance.now(), failed: false }
-    open.set(message, opened)
+    ;(message as Tracked)[OPEN] = opened
     try {
       const links = linksOf(shape, message, parent)
       opened.span = owner.tracer().startSpan(
@@ -298,9 +302,9 @@ function watch<Ctx extends object>(shape: SpanShape<Ctx>, owner: Owner): () => v
   }
 
   const finish = (message: Ctx) => {
-    const opened = open.get(message)
+    const opened = (message as Tracked)[OPEN]
     if (!opened) return
-    open.delete(message)
+    ;(message as Tracked)[OPEN] = undefined
     const ending: Ending = {
       seconds: (performance.now() - opened.startedAt) / 1000,
       failed: opened.failed,
@@ -335,7 +339,7 @@ function watch<Ctx extends object>(shape: SpanShape<Ctx>, owner: Owner): () => v
     asyncStart() {},
     asyncEnd: finish,
     error(message) {
-      const opened = open.get(message)
+      const opened = (message as Tracked)[OPEN]
       if (opened) {
         opened.failed = true
         opened.error = message.error
