@@ -178,7 +178,7 @@ export class PayoutsMetrics {
     })
     this.payoutTransitions = meter.createCounter('payouts.payout.transitions', {
       unit: '{transition}',
-      description: 'Payouts entering a status (created in it, or a final one), by status.',
+      description: 'Payouts entering a status (first seen in it, or changed to it), by status.',
     })
     this.listenerFailures = meter.createCounter('payouts.listener.failures', {
       unit: '{failure}',
