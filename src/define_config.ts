@@ -104,6 +104,12 @@ export const payoutsConfigSchema = z.object({
        */
       processBatchSize: z.number().int().positive().max(1000).default(100),
       /**
+       * Inline processing (in the process that acknowledges) goes in slices of about this
+       * long, sized from the pace of the last one, with a turn of the event loop between them
+       * and none while an acknowledgement is in flight; 0 processes whole batches.
+       */
+      inlineSliceMs: z.number().int().min(0).max(1000).default(5),
+      /**
        * The route answers within this time whatever the database does: past it 503, and the
        * service delivers again. Below the service's 10 s, with room for the network.
        */

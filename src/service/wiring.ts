@@ -210,6 +210,7 @@ export async function buildParts({
     // Bound of each step of the row-by-row path (the ledger's transaction bound).
     stepTimeoutMs: transactionTimeoutMs,
     leaseMs: config.webhook.processingLeaseMs,
+    sliceMs: config.webhook.inlineSliceMs,
   })
   const recipients = new RecipientsMirror(client, connection, { account })
   const reconciler = new Reconciler({

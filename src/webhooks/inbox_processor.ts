@@ -1,3 +1,4 @@
+import { setImmediate as nextTurn } from 'node:timers/promises'
 import type { Logger } from '@adonisjs/core/logger'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { isDeadlineError, withDeadline } from '../time_bounds.ts'
@@ -77,8 +78,22 @@ export interface InboxProcessorOptions {
    * logged, and the next kick starts afresh; 0 waits forever.
    */
   stepTimeoutMs?: number
+  /**
+   * What one slice of an inline drain (`kick()`, in the process that acknowledges) may take:
+   * the rows of the next batch are sized from the pace of the last one so that its
+   * transaction lasts about this long, and the drain yields to the event loop between
+   * batches, so an acknowledgement waits for one short slice at most, never for a backlog.
+   * Default 5 ms; 0 drains whole batches (`batchSize`). The worker's drains are not sliced.
+   * A slice also waits, up to four times `sliceMs`, while acknowledgements of this process
+   * are in flight (`acknowledging()`), so processing takes the time the acknowledgements
+   * leave, and always some.
+   */
+  sliceMs?: number
   now?: () => Date
 }
+
+/** The rows of an inline drain's first slice, before its pace is known. */
+const FIRST_SLICE_ROWS = 8
 
 /**
  * Drains the inbox after acknowledgements: claims due rows, parses them, hands them to
@@ -88,6 +103,11 @@ export interface InboxProcessorOptions {
 export class InboxProcessor {
   #running?: Promise<number>
   #again = false
+  /** The rows of the next slice of an inline drain (see `sliceMs`). */
+  #sliceRows: number
+  /** Acknowledgements in flight in this process, and the slices waiting for them to end. */
+  #acknowledging = 0
+  #waitingForAcks: Array<() => void> = []
   #options: Required<Omit<InboxProcessorOptions, 'now'>> & { now: () => Date }
 
   constructor(options: InboxProcessorOptions) {
@@ -97,9 +117,11 @@ export class InboxProcessor {
       leaseMs: 15_000,
       batchSize: 100,
       stepTimeoutMs: 0,
+      sliceMs: 5,
       now: () => new Date(),
       ...options,
     }
+    this.#sliceRows = Math.min(FIRST_SLICE_ROWS, this.#options.batchSize)
   }
 
   /** Starts a drain unless one is running; a kick during a drain runs one more pass. */
@@ -108,7 +130,7 @@ export class InboxProcessor {
       this.#again = true
       return
     }
-    this.#running = this.drain().finally(() => {
+    this.#running = this.drain({ sliced: this.#options.sliceMs > 0 }).finally(() => {
       this.#running = undefined
       if (this.#again) {
         this.#again = false
@@ -120,6 +142,40 @@ export class InboxProcessor {
     )
   }
 
+  /**
+   * Marks an acknowledgement in flight (the webhook route, from a request's arrival to its
+   * answer) until the function returned is called: an inline drain takes no slice
+   * meanwhile, for at most four times `sliceMs`.
+   */
+  acknowledging(): () => void {
+    this.#acknowledging++
+    let ended = false
+    return () => {
+      if (ended) return
+      ended = true
+      if (--this.#acknowledging > 0) return
+      const waiting = this.#waitingForAcks
+      this.#waitingForAcks = []
+      for (const resume of waiting) resume()
+    }
+  }
+
+  /** Resolves once no acknowledgement is in flight, or after `maxMs`. */
+  #acknowledgementsAnswered(maxMs: number): Promise<void> | undefined {
+    if (this.#acknowledging === 0) return undefined
+    return new Promise((resolve) => {
+      const resume = () => {
+        clearTimeout(timer)
+        resolve()
+      }
+      const timer = setTimeout(() => {
+        this.#waitingForAcks = this.#waitingForAcks.filter((waiting) => waiting !== resume)
+        resolve()
+      }, maxMs)
+      this.#waitingForAcks.push(resume)
+    })
+  }
+
   /** Waits for the drain in progress, if any (tests, shutdown). */
   async idle(): Promise<void> {
     while (this.#running) await this.#running.catch(() => {})
@@ -127,24 +183,45 @@ export class InboxProcessor {
 
   /**
    * Processes every due row, or at most `maxBatches` batches (the worker takes one at a
-   * time, so a stop waits for one batch only); returns how many were handled.
+   * time, so a stop waits for one batch only); returns how many were handled. `sliced`
+   * (the inline drains of `kick()`): batches sized to `sliceMs`, with a turn of the event
+   * loop between them.
    */
-  async drain(options: { maxBatches?: number } = {}): Promise<number> {
+  async drain(options: { maxBatches?: number; sliced?: boolean } = {}): Promise<number> {
     let handled = 0
     for (let batches = 0; batches < (options.maxBatches ?? Infinity); batches++) {
-      const inTransaction = await this.#drainInTransaction()
-      if (inTransaction === 0) return handled
-      if (inTransaction !== GO_ROW_BY_ROW) {
-        handled += inTransaction
-        continue
+      // The acknowledgements that arrived meanwhile go first.
+      if (options.sliced) {
+        if (batches > 0) await nextTurn()
+        await this.#acknowledgementsAnswered(this.#options.sliceMs * 4)
       }
-      // Not available here, or the batch failed and rolled back: one batch with leases,
-      // row by row, each row with its own retries.
-      const withLeases = await this.#drainWithLeases()
-      if (withLeases === 0) return handled
-      handled += withLeases
+      const size = options.sliced ? this.#sliceRows : this.#options.batchSize
+      const startedAt = performance.now()
+      const rows = await this.#batch(size)
+      if (rows === 0) return handled
+      handled += rows
+      if (options.sliced) this.#paceSlices(rows, performance.now() - startedAt)
     }
     return handled
+  }
+
+  /** One batch of at most `size` rows; the rows handled (0: nothing was due). */
+  async #batch(size: number): Promise<number> {
+    const inTransaction = await this.#drainInTransaction(size)
+    if (inTransaction !== GO_ROW_BY_ROW) return inTransaction
+    // Not available here, or the batch failed and rolled back: one batch with leases,
+    // row by row, each row with its own retries.
+    return this.#drainWithLeases(size)
+  }
+
+  /**
+   * Sizes the next slice from this one's pace: the rows that fit in `sliceMs` at it, at
+   * most twice as many as this one and at least one, never more than `batchSize`.
+   */
+  #paceSlices(rows: number, ms: number) {
+    const { sliceMs, batchSize } = this.#options
+    const fits = Math.floor((rows * sliceMs) / Math.max(ms, 0.05))
+    this.#sliceRows = Math.max(1, Math.min(fits, rows * 2, batchSize))
   }
 
   /**
@@ -153,44 +230,39 @@ export class InboxProcessor {
    * when nothing is due), or `GO_ROW_BY_ROW` when this path is unavailable on the
    * database or the batch rolled back.
    */
-  async #drainInTransaction(): Promise<number | typeof GO_ROW_BY_ROW> {
+  async #drainInTransaction(size: number): Promise<number | typeof GO_ROW_BY_ROW> {
     const { store, applier, logger } = this.#options
     if (!applier.applyBatch || !store.claimsInTransaction) return GO_ROW_BY_ROW
     let notified: Promise<void> | undefined
     let outcome: { rows: InboxRow[]; verdicts: InboxVerdict[] } | null
     try {
-      outcome = await store.processDueInTransaction(
-        this.#options.now(),
-        this.#options.batchSize,
-        (trx, rows) =>
-          // Traced once rows are claimed: a poll that finds nothing makes no trace.
-          traced(
-            channels.inboxBatch,
-            () => ({
-              path: 'transaction' as const,
-              deliveryIds: rows.map((row) => row.deliveryId),
-              traceParents: rows.map((row) => row.traceParent),
-            }),
-            async (trace) => {
-              const verdicts: InboxVerdict[] = []
-              const parsed: Array<{ envelope: EventEnvelope; row: InboxRow; index: number }> = []
-              for (const [index, row] of rows.entries()) {
-                const envelope = this.#parseEnvelope(row)
-                if (envelope) parsed.push({ envelope, row, index })
-                else verdicts[index] = { state: 'dead', note: UNPARSABLE }
-              }
-              const handled = await applier.applyBatch!(trx, parsed)
-              parsed.forEach(
-                (item, position) => (verdicts[item.index] = handled.verdicts[position])
-              )
-              notified = handled.notified
-              if (trace) {
-                trace.rows = rows.length
-                trace.dead = verdicts.filter((verdict) => verdict.state === 'dead').length
-              }
-              return verdicts
+      outcome = await store.processDueInTransaction(this.#options.now(), size, (trx, rows) =>
+        // Traced once rows are claimed: a poll that finds nothing makes no trace.
+        traced(
+          channels.inboxBatch,
+          () => ({
+            path: 'transaction' as const,
+            deliveryIds: rows.map((row) => row.deliveryId),
+            traceParents: rows.map((row) => row.traceParent),
+          }),
+          async (trace) => {
+            const verdicts: InboxVerdict[] = []
+            const parsed: Array<{ envelope: EventEnvelope; row: InboxRow; index: number }> = []
+            for (const [index, row] of rows.entries()) {
+              const envelope = this.#parseEnvelope(row)
+              if (envelope) parsed.push({ envelope, row, index })
+              else verdicts[index] = { state: 'dead', note: UNPARSABLE }
             }
-          )
+            const handled = await applier.applyBatch!(trx, parsed)
+            parsed.forEach((item, position) => (verdicts[item.index] = handled.verdicts[position]))
+            notified = handled.notified
+            if (trace) {
+              trace.rows = rows.length
+              trace.dead = verdicts.filter((verdict) => verdict.state === 'dead').length
+            }
+            return verdicts
+          }
+        )
       )
     } catch (error) {
       // A stalled database fails the drain; row by row would only stall again.
@@ -218,12 +290,9 @@ export class InboxProcessor {
    * transaction that applies it; the lease of the rows still waiting is renewed every third
    * of it. Returns the rows handled.
    */
-  async #drainWithLeases(): Promise<number> {
+  async #drainWithLeases(size: number): Promise<number> {
     const { store, leaseMs, now } = this.#options
-    const rows = await this.#step(
-      store.claimDue(now(), this.#options.batchSize, leaseMs),
-      'inbox claim'
-    )
+    const rows = await this.#step(store.claimDue(now(), size, leaseMs), 'inbox claim')
     if (rows.length === 0) return 0
     return traced(
       channels.inboxBatch,

@@ -22,7 +22,7 @@ export interface WebhookReceiverOptions {
    * Kicked after a new delivery is stored, so processing starts after the ack (inline
    * mode); null in worker mode, where the worker's loop picks the row up.
    */
-  processor: Pick<InboxProcessor, 'kick'> | null
+  processor: Pick<InboxProcessor, 'kick' | 'acknowledging'> | null
   toleranceSeconds: number
   maxBodyBytes: number
   /**
@@ -47,18 +47,21 @@ export class WebhookReceiver {
   /** One delivery, traced on `svc-payouts.webhook.receive` when anybody listens. */
   handle(ctx: HttpContext) {
     const { request } = ctx
-    return traced(
+    // The inline processing of this process takes no slice until it is answered.
+    const answered = this.options.processor?.acknowledging()
+    const handled = traced(
       channels.webhookReceive,
       () => ({
         eventType: request.header('svc-event-type')?.slice(0, 100) ?? null,
         deliveryId: request.header('svc-delivery-id')?.slice(0, 255) ?? null,
       }),
       async (trace) => {
-        const answered = await this.#handle(ctx, trace)
+        const outcome = await this.#handle(ctx, trace)
         if (trace) trace.status = ctx.response.getStatus()
-        return answered
+        return outcome
       }
     )
+    return answered ? handled.finally(answered) : handled
   }
 
   async #handle(ctx: HttpContext, trace?: WebhookReceiveContext) {

@@ -496,3 +496,135 @@ test.group(`Webhooks | inbox batch processing (${TEST_DB})`, () => {
     assert.deepEqual(batches, [['a', 'b'], ['c', 'd'], ['e']])
   })
 })
+
+test.group(`Webhooks | inline drains go in slices (${TEST_DB})`, () => {
+  /** Holds the event loop for `ms`, as better-sqlite3's synchronous statements do. */
+  const hold = (ms: number) => {
+    const until = performance.now() + ms
+    while (performance.now() < until);
+  }
+
+  /**
+   * A processor whose batches cost 1 ms per row of work that holds the event loop, and the
+   * sizes of the batches it was given.
+   */
+  function slowProcessor(store: InboxStore, options: Partial<InboxProcessorOptions> = {}) {
+    const sizes: number[] = []
+    let applied = 0
+    const processor = processorOf({
+      store,
+      logger,
+      ...options,
+      applyOne: async () => {
+        hold(1)
+        applied++
+      },
+      applyBatch: async (_trx, items) => {
+        sizes.push(items.length)
+        hold(items.length)
+        applied += items.length
+        return { verdicts: items.map(() => ({ state: 'processed' as const, note: null })) }
+      },
+    })
+    return { processor, sizes, applied: () => applied }
+  }
+
+  test('a kicked drain takes slices of about sliceMs and yields between them: a delivery stored meanwhile waits for one slice, not for the backlog', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { store } = await freshInbox(cleanup)
+    for (let i = 0; i < 60; i++) await store.insert(delivery(`backlog-${i}`))
+    const { processor, sizes, applied } = slowProcessor(store, { sliceMs: 5 })
+
+    processor.kick()
+    // An acknowledgement arriving while the backlog drains: its insert is what it waits for.
+    const appliedWhenAcked = await store.insert(delivery('arrived-meanwhile')).then(() => applied())
+    await processor.idle()
+
+    assert.isAtMost(appliedWhenAcked, 16, `stored after ${appliedWhenAcked} rows were applied`)
+    assert.equal(applied(), 61, 'the backlog and the new delivery, each once')
+    assert.equal(sizes[0], 8, 'the first slice, before its pace is known')
+    assert.isAtMost(Math.max(...sizes.slice(1)), 10, `slices ${sizes.join(',')}`)
+    assert.isAbove(sizes.length, 6)
+  })
+
+  test('no slice starts while an acknowledgement is in flight, and one starts anyway after four times sliceMs', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { store } = await freshInbox(cleanup)
+    for (let i = 0; i < 5; i++) await store.insert(delivery(`waiting-${i}`))
+    const { processor, sizes } = slowProcessor(store, { sliceMs: 50 })
+
+    const answered = processor.acknowledging()
+    const other = processor.acknowledging()
+    processor.kick()
+    await new Promise((resolve) => setTimeout(resolve, 60))
+    assert.deepEqual(sizes, [], 'two acknowledgements in flight')
+    answered()
+    answered()
+    await new Promise((resolve) => setTimeout(resolve, 30))
+    assert.deepEqual(sizes, [], 'one still in flight (an end called twice counts once)')
+    other()
+    await processor.idle()
+    assert.deepEqual(sizes, [5], 'all answered: the slice ran')
+
+    // An acknowledgement that never ends (a stalled request) holds processing back 200 ms.
+    for (let i = 0; i < 3; i++) await store.insert(delivery(`stalled-${i}`))
+    processor.acknowledging()
+    const kickedAt = performance.now()
+    processor.kick()
+    await processor.idle()
+    assert.deepEqual(sizes, [5, 3])
+    assert.isAtLeast(performance.now() - kickedAt, 190)
+  })
+
+  test('sliceMs 0 drains whole batches (and so does the worker, which acknowledges nothing)', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { store } = await freshInbox(cleanup)
+    for (let i = 0; i < 30; i++) await store.insert(delivery(`backlog-${i}`))
+    const whole = slowProcessor(store, { sliceMs: 0, batchSize: 20 })
+    whole.processor.kick()
+    await whole.processor.idle()
+    assert.deepEqual(whole.sizes, [20, 10])
+
+    for (let i = 0; i < 30; i++) await store.insert(delivery(`worker-${i}`))
+    const worker = slowProcessor(store, { batchSize: 20 })
+    assert.equal(await worker.processor.drain({ maxBatches: 1 }), 20)
+    assert.equal(await worker.processor.drain(), 10)
+    assert.deepEqual(worker.sizes, [20, 10])
+  })
+
+  test('a slice grows back when the work gets fast again, up to batchSize', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { store } = await freshInbox(cleanup)
+    for (let i = 0; i < 400; i++) await store.insert(delivery(`fast-${i}`))
+    const sizes: number[] = []
+    const processor = processorOf({
+      store,
+      logger,
+      // Far longer than these batches take, even on a loaded machine.
+      sliceMs: 250,
+      batchSize: 100,
+      applyOne: async () => {},
+      applyBatch: async (_trx, items) => {
+        sizes.push(items.length)
+        return { verdicts: items.map(() => ({ state: 'processed' as const, note: null })) }
+      },
+    })
+    processor.kick()
+    await processor.idle()
+    assert.equal(sizes[0], 8)
+    assert.deepEqual(sizes.slice(1, 4), [16, 32, 64], 'at most twice the last slice each time')
+    assert.include(sizes, 100, `slices ${sizes.join(',')}`)
+    assert.equal(
+      sizes.reduce((a, b) => a + b, 0),
+      400
+    )
+  })
+})

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import { Readable } from 'node:stream'
 import { test } from '@japa/runner'
 import { request } from 'undici'
 import { Payout, WebhookDelivery } from '../../src/models/main.ts'
@@ -37,7 +38,7 @@ function statusEvent(payoutId: string, status: string, step: string) {
 
 async function post(
   app: HttpApp,
-  body: Buffer | string,
+  body: Buffer | string | Readable,
   headers: Record<string, string | undefined>
 ) {
   const clean = Object.fromEntries(
@@ -132,6 +133,53 @@ test.group(`Webhooks | signed route (${TEST_DB})`, () => {
       app.events.filter((e) => e.name === 'payouts:created'),
       5
     )
+  })
+
+  test('a delivery being received holds back inline processing until it is answered (webhook.inlineSliceMs)', async ({
+    assert,
+    cleanup,
+  }) => {
+    // Slices of 100 ms: a slice waits up to 400 ms for acknowledgements in flight.
+    const app = await startHttpApp(cleanup, { webhook: { inlineSliceMs: 100 } })
+    const { inbox, processor } = await partsOf(app.payouts)
+    const waiting = createdEvent()
+    await inbox.insert({
+      deliveryId: `dlv_${randomUUID()}`,
+      eventType: waiting.type,
+      rawBody: Buffer.from(JSON.stringify(waiting)),
+      signatureHeader: null,
+      source: 'webhook',
+    })
+    const applied = async () => Payout.query().where('payout_uuid', waiting.data.payoutId)
+
+    // A delivery whose body is still arriving: its request is in flight at the route.
+    const arriving = createdEvent()
+    const raw = Buffer.from(JSON.stringify(arriving))
+    const half = Math.floor(raw.length / 2)
+    let sendRest!: () => void
+    const rest = new Promise<void>((resolve) => (sendRest = resolve))
+    const answer = post(
+      app,
+      // A stream the route reads as it comes.
+      Readable.from(
+        (async function* () {
+          yield raw.subarray(0, half)
+          await rest
+          yield raw.subarray(half)
+        })()
+      ),
+      { ...signed(raw), 'content-length': String(raw.length) }
+    )
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    processor.kick()
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    assert.lengthOf(await applied(), 0, 'no slice while the delivery is in flight')
+
+    sendRest()
+    assert.equal((await answer).status, 200)
+    await processor.idle()
+    assert.lengthOf(await applied(), 1, 'processed once it was answered')
+    assert.lengthOf(await Payout.query().where('payout_uuid', arriving.data.payoutId), 1)
   })
 
   test('rejections answer 400 with a generic body: {name}')
