@@ -117,7 +117,14 @@ export async function startBenchApp(options: {
     payouts: {
       apiKey: BENCH_API_KEY,
       baseUrl: 'http://127.0.0.1:9',
-      webhook: { secret: BENCH_SECRET, path: ROUTES.plugin },
+      webhook: {
+        secret: BENCH_SECRET,
+        path: ROUTES.plugin,
+        // BENCH_INLINE_SLICE_MS=0: inline processing in whole batches, as before slices.
+        ...(process.env.BENCH_INLINE_SLICE_MS
+          ? { inlineSliceMs: Number(process.env.BENCH_INLINE_SLICE_MS) }
+          : {}),
+      },
       jobs: { enabled: false },
       ledger: { tablePrefix: prefix },
       transmit: { relay: options.relay ?? false },
