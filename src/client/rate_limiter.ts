@@ -73,11 +73,10 @@ export class ServiceLimits {
       retryAfterMs: number | null
     }
   ) {
-    const now = this.now()
     if (answer.status === 429 && answer.retryAfterMs !== null) {
-      this.#heldUntil.set(family, now + answer.retryAfterMs)
+      this.#heldUntil.set(family, this.now() + answer.retryAfterMs)
     } else if (answer.remaining === 0 && answer.resetInMs !== null && answer.resetInMs > 0) {
-      this.#heldUntil.set(family, now + answer.resetInMs)
+      this.#heldUntil.set(family, this.now() + answer.resetInMs)
     } else if (answer.remaining !== null && answer.remaining > 0) {
       this.#heldUntil.delete(family)
     }

@@ -233,13 +233,16 @@ export class Transport {
     try {
       const response = await undiciRequest(url, this.#requestOptions(spec, headers, payload))
       status = response.statusCode
-      // The service's times are read against its own clock: its Date, when it sends one.
-      const localNow = this.options.now()
-      const date = response.headers.date
-      const serverDate = typeof date === 'string' ? Date.parse(date) : Number.NaN
-      const serverNow = Number.isNaN(serverDate) ? localNow : serverDate
-      retryAfter = parseRetryAfter(response.headers['retry-after'], serverNow)
-      this.#readRateLimit(spec.family, status, response.headers, retryAfter, serverNow)
+      // The service's times are read against its own clock: its Date, when it sends one;
+      // read only when an answer carries a time to read (a Retry-After, a reset).
+      const { headers: answered } = response
+      let serverNow: number | undefined
+      const now = () => (serverNow ??= serverClock(answered.date, this.options.now))
+      retryAfter =
+        answered['retry-after'] === undefined
+          ? null
+          : parseRetryAfter(answered['retry-after'], now())
+      this.#readRateLimit(spec.family, status, answered, retryAfter, now)
       text = await response.body.text()
     } catch (error) {
       return this.#transportError(error, spec)
@@ -337,7 +340,7 @@ export class Transport {
     status: number,
     headers: Record<string, string | string[] | undefined>,
     retryAfter: number | null,
-    serverNow: number
+    serverNow: () => number
   ) {
     const limit = integerHeader(headers['x-ratelimit-limit'])
     const remaining = integerHeader(headers['x-ratelimit-remaining'])
@@ -348,7 +351,8 @@ export class Transport {
     this.#limits.observe(family, {
       status,
       remaining,
-      resetInMs: reset === null ? null : reset * 1000 - serverNow,
+      // Only an exhausted budget waits for its reset.
+      resetInMs: reset === null || remaining !== 0 ? null : reset * 1000 - serverNow(),
       retryAfterMs: retryAfter === null ? null : Math.round(retryAfter * 1000),
     })
   }
@@ -357,6 +361,12 @@ export class Transport {
   async close() {
     if (this.#ownsAgent) await this.#agent.close()
   }
+}
+
+/** The service's time when it answered: its `Date` header, else the local clock. */
+function serverClock(date: string | string[] | undefined, localNow: () => number): number {
+  const serverDate = typeof date === 'string' ? Date.parse(date) : Number.NaN
+  return Number.isNaN(serverDate) ? localNow() : serverDate
 }
 
 /** 429 and 409 IDEMPOTENCY_REQUEST_IN_FLIGHT wait what the service says. */
