@@ -106,9 +106,11 @@ export const payoutsConfigSchema = z.object({
       /**
        * Inline processing (in the process that acknowledges) goes in slices of about this
        * long, sized from the pace of the last one, with a turn of the event loop between them
-       * and none while an acknowledgement is in flight; 0 processes whole batches.
+       * and none while an acknowledgement is in flight; 0 processes whole batches. Default:
+       * 5 on SQLite, 0 on PostgreSQL and MySQL (a transaction holds neither the event loop
+       * nor the connection an acknowledgement uses there).
        */
-      inlineSliceMs: z.number().int().min(0).max(1000).default(5),
+      inlineSliceMs: z.number().int().min(0).max(1000).optional(),
       /**
        * The route answers within this time whatever the database does: past it 503, and the
        * service delivers again. Below the service's 10 s, with room for the network.

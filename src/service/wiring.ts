@@ -101,6 +101,7 @@ export async function buildParts({
     { EscrowFallback },
     { EscrowDeposits },
     { CommitNotices, changesChannel, isPostgres },
+    { isSqlite },
   ] = await Promise.all([
     import('../models/main.ts'),
     import('../database/schema.ts'),
@@ -117,6 +118,7 @@ export async function buildParts({
     import('../jobs/escrow_fallback.ts'),
     import('../ledger/escrow_deposits.ts'),
     import('../database/change_notices.ts'),
+    import('../database/dialects.ts'),
   ])
   const { logger } = deps
   const { tablePrefix, connection, transactionTimeoutMs } = config.ledger
@@ -210,7 +212,9 @@ export async function buildParts({
     // Bound of each step of the row-by-row path (the ledger's transaction bound).
     stepTimeoutMs: transactionTimeoutMs,
     leaseMs: config.webhook.processingLeaseMs,
-    sliceMs: config.webhook.inlineSliceMs,
+    // Slices where a transaction holds what the acknowledgements need: SQLite's one
+    // connection, and its event loop while a statement runs.
+    sliceMs: config.webhook.inlineSliceMs ?? (isSqlite(db.connection(connection)) ? 5 : 0),
   })
   const recipients = new RecipientsMirror(client, connection, { account })
   const reconciler = new Reconciler({
