@@ -21,6 +21,7 @@ function run(command: string, args: string[], cwd: string, env: NodeJS.ProcessEn
 /**
  * Env every demo process gets; `extra` wins. A fresh APP_KEY unless one is given. Inline
  * processing unless told: a `.env` left by `npm run demo` (worker mode) must not decide it.
+ * No OTEL_EXPORTER_PROMETHEUS_PORT: only the worker serves its metrics on a port of its own.
  */
 export function demoEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {
@@ -32,6 +33,7 @@ export function demoEnv(extra: Record<string, string | undefined> = {}): NodeJS.
     APP_KEY: randomBytes(32).toString('base64url'),
     PAYOUTS_PROCESSING: 'inline',
   }
+  delete env.OTEL_EXPORTER_PROMETHEUS_PORT
   for (const [key, value] of Object.entries(extra)) {
     if (value === undefined) delete env[key]
     else env[key] = value
@@ -70,14 +72,17 @@ export function installDemo(log: Log = print): Promise<void> {
   return installed
 }
 
-/** A TCP port free on 127.0.0.1 right now, for a demo app beside others. */
-export function freePort(): Promise<number> {
+/**
+ * A TCP port free on 127.0.0.1 right now, for a demo app beside others: `preferred` when it
+ * is free, else any.
+ */
+export function freePort(preferred = 0): Promise<number> {
   return new Promise((resolve, reject) => {
-    const server = createServer().listen(0, '127.0.0.1', () => {
+    const server = createServer().listen(preferred, '127.0.0.1', () => {
       const { port } = server.address() as { port: number }
       server.close(() => resolve(port))
     })
-    server.on('error', reject)
+    server.on('error', (error) => (preferred ? freePort().then(resolve, reject) : reject(error)))
   })
 }
 
@@ -156,25 +161,48 @@ export async function startDemoApp(options: {
 /**
  * Starts `node ace payouts:work` in examples/demo with `env`: the worker that processes what
  * an app in `PAYOUTS_PROCESSING=worker` mode stores. It reads an empty inbox every
- * `pollIntervalMs`. `stop()` as for the app (SIGINT: the worker finishes its batch).
+ * `pollIntervalMs`. With `metricsPort`, it serves its Prometheus metrics there
+ * (`OTEL_EXPORTER_PROMETHEUS_PORT`, read by config/otel.ts). `stop()` as for the app
+ * (SIGINT: the worker finishes its batch).
  */
 export function startDemoWorker(options: {
   env: NodeJS.ProcessEnv
   pollIntervalMs?: number
+  metricsPort?: number
   output?: 'inherit' | 'ignore' | 'pipe'
 }): DemoProcess {
   const poll = `--poll-interval-ms=${options.pollIntervalMs ?? 250}`
+  const env = options.metricsPort
+    ? { ...options.env, OTEL_EXPORTER_PROMETHEUS_PORT: String(options.metricsPort) }
+    : options.env
   return spawnDemoProcess(
     'bin/console.ts',
     ['payouts:work', poll],
-    options.env,
+    env,
     options.output ?? 'inherit'
   )
+}
+
+/** Resolves once `url` answers 200, or fails when `child` exits or 60 s pass. */
+async function answering(url: string, child: ChildProcess, what: string) {
+  const started = Date.now()
+  for (;;) {
+    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${what} exited`)
+    try {
+      const response = await fetch(url)
+      await response.arrayBuffer()
+      if (response.ok) return
+    } catch {}
+    if (Date.now() - started > 60_000) throw new Error(`${what} did not answer ${url} within 60 s`)
+    await new Promise((resolve) => setTimeout(resolve, 200))
+  }
 }
 
 export interface DemoOptions {
   port?: number
   emulatorPort?: number
+  /** Where the worker serves its Prometheus metrics (a free port unless told). */
+  workerMetricsPort?: number
   /** Emulated time between lifecycle steps. */
   stepIntervalMs?: number
   /** The emulator's clock (real time unless told, e.g. `{ mode: 'scaled', scale: 60 }`). */
@@ -194,6 +222,10 @@ export interface DemoOptions {
 
 export interface RunningDemo {
   url: string
+  /** Prometheus text of the web process (`GET /metrics` of the app). */
+  metricsUrl: string
+  /** Prometheus text of the worker, on a port of its own. */
+  workerMetricsUrl: string
   emulator: PayoutsEmulator
   /** The web process (`PAYOUTS_PROCESSING=worker`: it stores deliveries, processes none). */
   app: DemoApp
@@ -210,8 +242,9 @@ export interface RunningDemo {
 
 /**
  * The whole demo: builds and installs the package, starts the emulator, migrates a fresh
- * SQLite file, starts the app and a worker beside it (the app in worker mode), subscribes
- * its webhook, and returns its URL.
+ * SQLite file, starts the app and a worker beside it (the app in worker mode; each exports
+ * its metrics to Prometheus and its spans to tmp/spans-<port>/, emptied here), subscribes
+ * its webhook, and returns its URLs.
  */
 export async function startDemo(options: DemoOptions = {}): Promise<RunningDemo> {
   const log = options.log ?? print
@@ -229,6 +262,7 @@ export async function startDemo(options: DemoOptions = {}): Promise<RunningDemo>
   const dbFile = `tmp/demo-${port}.sqlite`
   for (const suffix of ['', '-wal', '-shm'])
     rmSync(`${DEMO_ROOT}${dbFile}${suffix}`, { force: true })
+  rmSync(`${DEMO_ROOT}tmp/spans-${port}`, { recursive: true, force: true })
   const env = demoEnv({
     PORT: String(port),
     DB_FILE: dbFile,
@@ -246,13 +280,15 @@ export async function startDemo(options: DemoOptions = {}): Promise<RunningDemo>
     log('Migrating…')
     await demoAce(['migration:run', '--force'], env)
     log('Starting the app and the worker…')
-    const worker = startWorker(env, options)
+    const metricsPort = options.workerMetricsPort ?? (await freePort())
+    const workerMetricsUrl = `http://127.0.0.1:${metricsPort}/metrics`
+    const worker = startWorker(env, metricsPort, options)
     const app = await startDemoApp({ port, env, output: options.output }).catch(async (error) => {
       await worker.stop()
       throw error
     })
     try {
-      if (worker.child.exitCode !== null) throw new Error('the demo worker exited')
+      await answering(workerMetricsUrl, worker.child, 'the demo worker')
       log('Subscribing the webhook…')
       await demoAce(['payouts:webhooks:create', `--url=${app.url}/webhooks/payouts`], env)
     } catch (error) {
@@ -262,6 +298,8 @@ export async function startDemo(options: DemoOptions = {}): Promise<RunningDemo>
     let stopped: Promise<void> | undefined
     const running: RunningDemo = {
       url: app.url,
+      metricsUrl: `${app.url}/metrics`,
+      workerMetricsUrl,
       emulator,
       app,
       worker,
@@ -282,10 +320,14 @@ export async function startDemo(options: DemoOptions = {}): Promise<RunningDemo>
 }
 
 /** The demo's worker; its lines go to `options.workerLog` when given. */
-function startWorker(env: NodeJS.ProcessEnv, options: DemoOptions): DemoProcess {
+function startWorker(env: NodeJS.ProcessEnv, metricsPort: number, options: DemoOptions) {
   const workerLog = options.workerLog
-  if (!workerLog) return startDemoWorker({ env, output: options.output })
-  const worker = startDemoWorker({ env: { ...env, LOG_LEVEL: 'info' }, output: 'pipe' })
+  if (!workerLog) return startDemoWorker({ env, metricsPort, output: options.output })
+  const worker = startDemoWorker({
+    env: { ...env, LOG_LEVEL: 'info' },
+    metricsPort,
+    output: 'pipe',
+  })
   for (const stream of [worker.child.stdout!, worker.child.stderr!]) {
     createInterface({ input: stream }).on('line', workerLog)
   }

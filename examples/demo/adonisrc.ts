@@ -7,6 +7,7 @@ export default defineConfig({
     () => import('@adonisjs/core/providers/hash_provider'),
     () => import('@adonisjs/lucid/database_provider'),
     () => import('@adonisjs/transmit/transmit_provider'),
+    () => import('@adonisjs/otel/otel_provider'),
     () => import('@svc/adonis-payouts/payouts_provider')
   ],
   preloads: [() => import('#start/routes'), () => import('#start/kernel'), () => import('#start/events'), () => import('#start/payouts')],

@@ -11,8 +11,9 @@ import { DEMO_ROOT, freePort, startDemo, type RunningDemo } from '../../scripts/
  * the fiat flow and in the
  * stablecoin flow through the escrow deposit button. What it shows of each payout (fees,
  * rates, instructions, escrow, a failure) is checked against the ledger's row and the
- * emulator's record, amounts in each currency's decimals from the coverage matrix; the
- * stream's state against a dropped connection; the layout at phone width.
+ * emulator's record, amounts in each currency's decimals from the coverage matrix; a
+ * payout's trace across the web process and the worker (its Trace button); the stream's
+ * state against a dropped connection; the layout at phone width.
  */
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 // CI installs Chromium and must run this test; elsewhere it runs when Chromium is there.
@@ -234,6 +235,29 @@ test.group('Browser | demo page', (group) => {
     assert.equal(await fiat.card.locator('[data-testid=timeline] li.done').count(), 7)
     assert.equal(await fiat.card.locator('[data-testid=timeline] time').count(), 7)
 
+    // Its trace (OpenTelemetry, both processes): the execute in the web process with its call
+    // of the service, and each webhook received there with the worker's batch linked under it.
+    await fiat.card.locator('button[data-trace]').click()
+    const tree = fiat.card.locator('[data-testid=trace]')
+    const batches = tree.locator(
+      'li[data-linked=true][data-name="payouts inbox batch"][data-process=worker]'
+    )
+    await batches
+      .locator('li[data-name="payouts notify"]', { hasText: 'status=completed' })
+      .waitFor({ timeout: 15_000 })
+    const execute = tree.locator('li[data-name="payouts execute"][data-process=web]')
+    assert.equal(await execute.count(), 1)
+    assert.equal(
+      await execute.locator('li[data-name="payouts client POST /rfq/execute"]').count(),
+      1
+    )
+    assert.isAbove(await batches.count(), 2)
+    // The page shows every span the route serves (the spans of the payout, in the files).
+    const served = (await (await fetch(`${demo.url}/api/payouts/${fiat.id}/trace`)).json()) as {
+      spanCount: number
+    }
+    assert.equal(await tree.locator('li[data-testid=span]').count(), served.spanCount)
+
     await page
       .locator(`[data-testid=payout][data-payout-id="${failing.id}"][data-status=failed]`)
       .waitFor({ timeout: 30_000 })
@@ -288,6 +312,8 @@ test.group('Browser | demo page', (group) => {
     await phone
       .locator(`[data-testid=payout][data-payout-id="${stable.id}"] [data-testid=escrow]`)
       .waitFor()
+    await phone.locator(`[data-payout-id="${fiat.id}"] button[data-trace]`).click()
+    await phone.locator(`[data-payout-id="${fiat.id}"] [data-testid=trace] li`).first().waitFor()
     const widths = await phone.evaluate(() => ({
       document: (globalThis as any).document.documentElement.scrollWidth,
       body: (globalThis as any).document.body.scrollWidth,
@@ -304,6 +330,7 @@ test.group('Browser | demo page', (group) => {
       `[data-payout-id="${stable.id}"] [data-testid=escrow] dd[data-field=tokenAddress]`,
       `[data-payout-id="${stable.id}"] [data-testid=escrow] dd[data-field=escrowAddress]`,
       `[data-payout-id="${failing.id}"] [data-testid=failure]`,
+      `[data-payout-id="${fiat.id}"] [data-testid=trace]`,
     ]
     for (const selector of keyElements) {
       const element = phone.locator(selector).first()

@@ -4,7 +4,7 @@
  * config/logger.ts), the demo's tsconfig.json and stock `bin/console.ts`, and the package's
  * own node_modules; each spec brings the rest (adonisrc.ts, start/env.ts, its config, ...).
  */
-import { copyFile, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises'
+import { copyFile, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -35,6 +35,14 @@ export default defineConfig({ default: 'app', loggers: { app: { enabled: true, l
 `,
 }
 
+/** An entry point of the demo without its first import, `import '../otel.js'`, and its comment. */
+function withoutOtel(entry: string) {
+  return entry.replace(
+    /^\/\*\*\n \* OpenTelemetry initialization[\s\S]*?\*\/\nimport '\.\.\/otel\.js'\n/,
+    ''
+  )
+}
+
 /**
  * Writes the common files and `files` (path in the app to contents) into a new folder of the
  * system's temporary one, named `svc-payouts-<name>-...`, removed on cleanup; returns it.
@@ -52,8 +60,10 @@ export async function scratchApp(
   }
   await mkdir(join(root, 'bin'))
   await copyFile(join(REPO, 'examples/demo/tsconfig.json'), join(root, 'tsconfig.json'))
-  // The stock console: `app.listen('SIGTERM', () => app.terminate())`.
-  await copyFile(join(REPO, 'examples/demo/bin/console.ts'), join(root, 'bin/console.ts'))
+  // The stock console: `app.listen('SIGTERM', () => app.terminate())`, less the demo's
+  // OpenTelemetry (its `import '../otel.js'`): a spec that wants it brings its own.
+  const stock = await readFile(join(REPO, 'examples/demo/bin/console.ts'), 'utf8')
+  await writeFile(join(root, 'bin/console.ts'), withoutOtel(stock))
   await symlink(join(REPO, 'node_modules'), join(root, 'node_modules'), 'dir')
   return root
 }

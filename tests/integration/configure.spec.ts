@@ -26,7 +26,10 @@ export default shieldConfig
 
 type Fs = { create(path: string, contents: string): Promise<void> }
 
-/** A console app in tests/tmp seeded with the bare app's files (the demo before configure). */
+/**
+ * A console app in tests/tmp seeded with the bare app's files: the demo before configure
+ * (with @adonisjs/otel already added, whose provider configure's goes after).
+ */
 async function setupScratchApp(fs: Fs, extraFiles: Record<string, string> = {}) {
   const ignitor = new IgnitorFactory()
     .withCoreProviders()

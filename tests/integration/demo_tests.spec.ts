@@ -10,7 +10,7 @@ import { DEMO_ROOT, freePort, installDemo } from '../../scripts/demo_runner.ts'
 const TSC = fileURLToPath(import.meta.resolve('typescript/bin/tsc'))
 
 /** The demo's own suite has at least these many tests (examples/demo/tests). */
-const DEMO_TESTS = 11
+const DEMO_TESTS = 13
 
 /**
  * The env of the demo's `npm test`: this process's, less what would point the demo at

@@ -1,3 +1,8 @@
+/**
+ * OpenTelemetry initialization - MUST be the first import
+ * @see https://opentelemetry.io/docs/languages/js/getting-started/nodejs/
+ */
+import '../otel.js'
 import 'reflect-metadata'
 import { Ignitor, prettyPrintError } from '@adonisjs/core'
 

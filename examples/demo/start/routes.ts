@@ -2,6 +2,7 @@ import router from '@adonisjs/core/services/router'
 import transmit from '@adonisjs/transmit/services/main'
 
 const PayoutsController = () => import('#controllers/payouts_controller')
+const ObservabilityController = () => import('#controllers/observability_controller')
 
 transmit.registerRoutes()
 
@@ -14,3 +15,5 @@ router.get('/api/activity', [PayoutsController, 'activity'])
 router.get('/api/coverage', [PayoutsController, 'coverage'])
 router.get('/api/payouts/:id/events', [PayoutsController, 'events'])
 router.post('/api/payouts/:id/deposit', [PayoutsController, 'simulateDeposit'])
+router.get('/api/payouts/:id/trace', [ObservabilityController, 'trace'])
+router.get('/metrics', [ObservabilityController, 'metrics'])
