@@ -1,6 +1,7 @@
 import { Agent, request } from 'undici'
 import { PayoutsClient } from '../src/client/main.ts'
 import { payoutSchema } from '../src/schemas/resources.ts'
+import { busyCore } from './busy_core.ts'
 import { startChild, type Child } from './ipc.ts'
 import { QUICK, type Check } from './setup.ts'
 import { median, round as rounded, summarize, type Summary } from './stats.ts'
@@ -117,23 +118,63 @@ export async function measureClientOverhead(options: {
 }
 
 /** The client-overhead measure against an emulator child process; a failure is a result. */
-export async function runClientOverhead(): Promise<ClientOverheadResult | { error: string }> {
+export async function runClientOverhead(
+  options: { busyCore?: boolean } = {}
+): Promise<ClientOverheadResult | { error: string }> {
   const emulator = await startChild<{
     baseUrl: string
     apiKey: string
     paymentMethodId: string
   }>(EMULATOR_SERVER)
+  // Another process keeps one core busy for the whole measure (bounded: it stops by itself).
+  const busy = options.busyCore ? busyCore(600) : null
   try {
     return await measureClientOverhead({ emulator, ...CLIENT })
   } catch (error) {
     return { error: (error as Error).message }
   } finally {
+    busy?.stop()
     await emulator.stop()
   }
 }
 
-/** The client-overhead rows of the results table. */
-export function clientChecks(c: ClientOverheadResult | { error: string }): Check[] {
+/** The client-overhead rows of the results table; `busy`: measured with one core kept busy. */
+export function clientChecks(
+  c: ClientOverheadResult | { error: string },
+  busy?: ClientOverheadResult | { error: string }
+): Check[] {
+  const busyRows: Check[] = !busy
+    ? []
+    : 'error' in busy
+      ? [
+          {
+            id: 'client.busy_core_ratio',
+            measure: 'client overhead, one core busy',
+            db: 'emulator',
+            value: null,
+            unit: '',
+            target: `failed: ${busy.error}`,
+            pass: false,
+          },
+        ]
+      : [
+          {
+            id: 'client.busy_core_ratio',
+            measure:
+              `client / raw with one core kept busy by another process, ratio of the means, ` +
+              `median of rounds (means ${busy.client.mean.toFixed(3)} / ${busy.raw.mean.toFixed(3)} ms): ` +
+              busy.perRoundRatio.map((x) => x.toFixed(3)).join(' '),
+            db: 'emulator',
+            value: rounded(busy.ratio, 4),
+            unit: 'x',
+            target: '<= 1.10',
+            pass: busy.ratio <= 1.1,
+          },
+        ]
+  return [...clientRows(c), ...busyRows]
+}
+
+function clientRows(c: ClientOverheadResult | { error: string }): Check[] {
   if ('error' in c) {
     return [
       {

@@ -1,5 +1,5 @@
-import { spawn } from 'node:child_process'
 import { ROUTES } from './app.ts'
+import { busyCore } from './busy_core.ts'
 import type { Child } from './ipc.ts'
 import { loadRoute, pool, strip, type LoadResult, type LoadRun } from './load.ts'
 import { QUICK, type Check } from './setup.ts'
@@ -235,26 +235,6 @@ export async function measureIngest(
     fixedPluginProcessing: withProcessing,
     busyCore: busyCoreResult,
     drain: { ...drain, rowsPerSecond: drain.rows / drain.seconds },
-  }
-}
-
-/**
- * Another process that keeps one core busy, as a host app's own work would; it stops by
- * itself after `seconds` (and when told, or when this process exits).
- */
-function busyCore(seconds: number) {
-  const burner = spawn(
-    process.execPath,
-    ['-e', `const end = Date.now() + ${seconds * 1000}; while (Date.now() < end) {}`],
-    { stdio: 'ignore' }
-  )
-  const stop = () => burner.kill('SIGKILL')
-  process.once('exit', stop)
-  return {
-    stop() {
-      process.off('exit', stop)
-      stop()
-    },
   }
 }
 

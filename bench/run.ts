@@ -132,6 +132,7 @@ interface OtelResults {
 function mergedResults(
   dbs: object,
   client: unknown,
+  clientBusy: unknown,
   memory: object,
   relay: object,
   otel: OtelResults | undefined
@@ -139,6 +140,7 @@ function mergedResults(
   return {
     ...(Object.keys(dbs).length ? { dbs } : {}),
     ...(client ? { client } : {}),
+    ...(clientBusy ? { clientBusy } : {}),
     ...(Object.keys(memory).length ? { memory } : {}),
     ...(Object.keys(relay).length ? { relay } : {}),
     ...(otel ? { otel } : {}),
@@ -185,11 +187,14 @@ async function main() {
   }
 
   let client: ClientOverheadResult | { error: string } | undefined
+  let clientBusy: ClientOverheadResult | { error: string } | undefined
   if (ONLY.has('client')) {
     log(
       `[${elapsed()}] client overhead: ${CLIENT.rounds} rounds of ${CLIENT.calls} getPayout calls per arm, interleaved`
     )
     client = await runClientOverhead()
+    log(`[${elapsed()}] client overhead again, one core kept busy by another process`)
+    clientBusy = await runClientOverhead({ busyCore: true })
   }
 
   // Memory on both kinds of store: SQLite keeps its page cache inside the app process,
@@ -260,7 +265,7 @@ async function main() {
 
   const checks = [
     ...configs.flatMap((c) => dbChecks(c.key, dbs[c.key])),
-    ...(client ? clientChecks(client) : []),
+    ...(client ? clientChecks(client, clientBusy) : []),
     ...Object.entries(memory).flatMap(([key, runs]) =>
       'skipped' in runs ? [] : memoryChecks(key, runs)
     ),
@@ -329,8 +334,8 @@ async function main() {
     },
     checks: [...checks, ...kept],
     results: MERGE
-      ? { ...before.results, ...mergedResults(dbs, client, memory, relay, otel) }
-      : { dbs, client, memory, relay, otel },
+      ? { ...before.results, ...mergedResults(dbs, client, clientBusy, memory, relay, otel) }
+      : { dbs, client, clientBusy, memory, relay, otel },
     growth: before.growth,
     history: [...history, { date, values }].slice(-20),
   }
