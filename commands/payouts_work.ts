@@ -7,6 +7,7 @@ import {
   unreadInput,
 } from '../src/commands/payouts_command.ts'
 import type { PayoutsWorker } from '../src/service/worker.ts'
+import { safeError } from '../src/safe_error.ts'
 
 /** How long a process past its stop bound may take to close before it is ended (exit 1). */
 const EXIT_GRACE_MS = 1000
@@ -85,7 +86,7 @@ export default class PayoutsWork extends SwitchesCommand {
         const which = served.length > 1 ? ` for account "${served[index]}"` : ''
         // Its service is closed with the app's shutdown (the default one's close would
         // close every account's).
-        this.logger.error(`Worker${which} failed to start: ${(error as Error).message}`)
+        this.logger.error(`Worker${which} failed to start: ${safeError(error).message}`)
       }
     }
     this.#workers = started

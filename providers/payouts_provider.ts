@@ -8,6 +8,7 @@ import { PayoutsManager } from '../src/service/payouts_manager.ts'
 import { PayoutsService } from '../src/service/payouts_service.ts'
 import { DEFAULT_ACCOUNT } from '../src/constants.ts'
 import '../src/types/extended.ts'
+import { safeError } from '../src/safe_error.ts'
 
 /**
  * Binds the payouts service as a lazy singleton. Heavy modules (the client and undici, the
@@ -174,7 +175,10 @@ export default class PayoutsProvider {
     // Each account on its own: one that fails to start leaves the others running.
     for (const service of payouts.all()) {
       await this.#startAccountWork(service).catch((error) =>
-        logger.error({ err: error, account: service.config.account }, 'payouts work not started')
+        logger.error(
+          { err: safeError(error), account: service.config.account },
+          'payouts work not started'
+        )
       )
     }
   }

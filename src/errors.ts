@@ -1,5 +1,6 @@
 import { createError, Exception } from '@adonisjs/core/exceptions'
 import { DEFAULT_ACCOUNT } from './constants.ts'
+import { safeError } from './safe_error.ts'
 
 /**
  * Errors raised by the AdonisJS side of the plugin. API errors live in
@@ -128,9 +129,10 @@ export class E_PAYOUTS_EXECUTE_NOT_STORED extends Exception {
     what: string,
     details: { outcomeUnknown: boolean; intentId: number | null; cause: unknown }
   ) {
-    const cause = details.cause as { message?: string } | undefined
     super(
-      `Payouts execute could not store ${what} (${cause?.message ?? String(cause)}); ${
+      // The cause's kind only: a database error's message holds its statement's values (the
+      // key, the request, the service's answer with its banking instructions).
+      `Payouts execute could not store ${what} (${safeError(details.cause).message}); ${
         details.outcomeUnknown
           ? 'the request may have reached the service: recovery finishes it with the same key'
           : 'nothing was sent'

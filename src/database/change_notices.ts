@@ -2,6 +2,7 @@ import type { Logger } from '@adonisjs/core/logger'
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
 import debug from '../debug.ts'
 import { tableNames } from './schema.ts'
+import { safeError } from '../safe_error.ts'
 
 /**
  * PostgreSQL's LISTEN/NOTIFY between the process that commits ledger changes and the relays
@@ -58,7 +59,7 @@ export class CommitNotices {
         await (this.timeoutMs > 0 ? query.timeout(this.timeoutMs) : query)
       } catch (error) {
         // The relays' poll reads it anyway, a little later.
-        debug('notices: NOTIFY %s failed: %s', this.channel, (error as Error).message)
+        debug('notices: NOTIFY %s failed: %s', this.channel, safeError(error).message)
       }
     } while (this.#again)
   }
@@ -181,7 +182,7 @@ export class CommitListener {
     if (this.#closed || this.#timer) return
     if (!this.#failing) {
       this.#options.logger.warn(
-        { err: error },
+        { err: safeError(error) },
         'payouts relay cannot LISTEN for commits: it polls until it can again'
       )
     }

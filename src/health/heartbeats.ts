@@ -8,6 +8,7 @@ import { tableNames } from '../database/schema.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import debug from '../debug.ts'
 import { DEFAULT_ACCOUNT } from '../constants.ts'
+import { safeError } from '../safe_error.ts'
 
 /** What beats: the worker's loop and each job (a command's run of a job included). */
 export type HeartbeatName = 'worker' | 'job:reconcile' | 'job:escrow' | 'job:recover' | 'job:prune'
@@ -96,7 +97,7 @@ export class Heartbeats {
       this.#wroteAt.set(name, at)
       debug('heartbeat %s', name)
     } catch (error) {
-      logger.error({ err: error, heartbeat: name }, 'payouts heartbeat not recorded')
+      logger.error({ err: safeError(error), heartbeat: name }, 'payouts heartbeat not recorded')
     }
   }
 }

@@ -1,6 +1,7 @@
 import type { LockFactory } from '@verrou/core'
 import type { Database } from '@adonisjs/lucid/database'
 import { E_INVALID_PAYOUTS_CONFIG } from '../errors.ts'
+import { safeError } from '../safe_error.ts'
 
 /** What the scheduler needs of a lock store: named locks with a TTL. */
 export type JobLockFactory = Pick<LockFactory, 'createLock'>
@@ -119,7 +120,7 @@ async function ownRedisClient(url: string, logger: JobLocksOptions['logger']) {
   let reported = false
   redis.on('error', (error) => {
     // Reconnects are ioredis's job; one log line per outage, not one per attempt.
-    if (!reported) logger.error({ err: error }, 'payouts job locks: redis unavailable')
+    if (!reported) logger.error({ err: safeError(error) }, 'payouts job locks: redis unavailable')
     reported = true
   })
   redis.on('ready', () => (reported = false))

@@ -1,6 +1,7 @@
 import type { JobLockFactory } from './locks.ts'
 import { withDeadline } from '../time_bounds.ts'
 import { DEFAULT_ACCOUNT } from '../constants.ts'
+import { safeError } from '../safe_error.ts'
 
 /** The lock of one account's job (see `JobSchedulerOptions.account`). */
 export function jobLockKey(job: string, account: string = DEFAULT_ACCOUNT): string {
@@ -73,14 +74,20 @@ export class JobScheduler {
     } catch (error) {
       this.#active.delete(job.name)
       // The lock store is down: skip this tick rather than risk a second run elsewhere.
-      this.options.logger.error({ err: error, job: job.name }, 'payouts job lock unavailable')
+      this.options.logger.error(
+        { err: safeError(error), job: job.name },
+        'payouts job lock unavailable'
+      )
       return 'failed'
     }
     // Held for as long as the run lasts; after it, the TTL still covers the interval.
     const keeper = setInterval(
       () => {
         lock.extend(ttl).catch((error) => {
-          this.options.logger.error({ err: error, job: job.name }, 'payouts job lock not extended')
+          this.options.logger.error(
+            { err: safeError(error), job: job.name },
+            'payouts job lock not extended'
+          )
         })
       },
       // A third of the TTL: two extensions may be late before the lock lapses.
@@ -95,7 +102,7 @@ export class JobScheduler {
       this.options.onRun?.(job.name, result)
       return 'ran'
     } catch (error) {
-      this.options.logger.error({ err: error, job: job.name }, 'payouts job failed')
+      this.options.logger.error({ err: safeError(error), job: job.name }, 'payouts job failed')
       return 'failed'
     } finally {
       clearInterval(keeper)

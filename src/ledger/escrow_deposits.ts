@@ -11,6 +11,7 @@ import EscrowDeposit from '../models/escrow_deposit.ts'
 import Payout from '../models/payout.ts'
 import type { StablecoinToFiatExecuteData } from '../schemas/resources.ts'
 import type { EscrowEvent } from '../types/events.ts'
+import { safeError } from '../safe_error.ts'
 
 /** What the escrow deposits need: the service to read and confirm, and the event hooks. */
 export interface EscrowDepositsOptions {
@@ -232,7 +233,7 @@ export class EscrowDeposits {
   async #refused(deposit: EscrowDeposit, error: unknown): Promise<ConfirmOutcome> {
     deposit.attempts += 1
     deposit.lastErrorCode = failureCode(error)
-    deposit.lastError = (error as Error).message ?? null
+    deposit.lastError = safeError(error).message
     let detected: boolean | null = null
     try {
       detected = await this.#detected(deposit)

@@ -8,6 +8,7 @@ import { dropIdleConnections, withStatementTimeout } from '../database/deadline.
 import { affectedRows, asStored } from '../database/dialects.ts'
 import debug from '../debug.ts'
 import PayoutEvent from '../models/payout_event.ts'
+import { safeError } from '../safe_error.ts'
 
 /**
  * A fresh name for the notification leases of one ledger (`payout_events.notify_owner`): its
@@ -116,7 +117,7 @@ export class NotifyLeases {
       if (waiting.length > 1 && (await this.#renew(waiting)) === waiting.length) return 'held'
       return (await this.#renew([id])) === 1 ? 'held' : 'taken'
     } catch (error) {
-      debug('outbox: lease check of change %d failed: %s', id, (error as Error).message)
+      debug('outbox: lease check of change %d failed: %s', id, safeError(error).message)
       this.#stalled(error)
       return 'unknown'
     }
@@ -175,11 +176,11 @@ export class NotifyLeases {
     this.#renewing = true
     try {
       await this.#renew([...this.#leased.keys()]).catch((error) => {
-        debug('outbox: lease renewal failed: %s', (error as Error).message)
+        debug('outbox: lease renewal failed: %s', safeError(error).message)
         this.#stalled(error)
       })
       await this.markAgain().catch((error) => {
-        debug('outbox: marking again failed: %s', (error as Error).message)
+        debug('outbox: marking again failed: %s', safeError(error).message)
         this.#stalled(error)
       })
     } finally {
@@ -272,7 +273,7 @@ export class NotifyLeases {
         for (const id of ids) this.#leased.delete(id)
       } catch (error) {
         // Held on and still leased: the renewal retries the mark until it lands.
-        debug('outbox: marking %d changes failed: %s', ids.length, (error as Error).message)
+        debug('outbox: marking %d changes failed: %s', ids.length, safeError(error).message)
         for (const id of ids) {
           if (this.#unmarked.has(id)) continue
           this.#unmarked.add(id)

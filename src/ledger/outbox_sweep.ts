@@ -11,6 +11,7 @@ import PayoutEvent from '../models/payout_event.ts'
 import { replayChange } from './change_replay.ts'
 import type { NotifyLeases } from './notify_leases.ts'
 import type { PayoutChange } from './vocabulary.ts'
+import { safeError } from '../safe_error.ts'
 
 /**
  * The outbox sweep (`PayoutOutbox.renotify`): takes the changes a dead process left
@@ -61,7 +62,7 @@ export class OutboxSweep {
     const olderThanMs = options.olderThanMs ?? 10_000
     // Changes this instance fired whose mark was lost: still leased by it, so never takeable.
     await this.leases.markAgain().catch((error) => {
-      debug('outbox: marking again failed: %s', (error as Error).message)
+      debug('outbox: marking again failed: %s', safeError(error).message)
     })
     const rows = await withStatementTimeout(
       this.#takeable(PayoutEvent.query({ client }), client, olderThanMs)

@@ -16,6 +16,7 @@ import {
   type NotifiedOutcomes,
 } from './payout_outbox.ts'
 import type { AppliedBatch, ApplyResult, PayoutObservation } from './vocabulary.ts'
+import { safeError } from '../safe_error.ts'
 
 export type { ChangeListener } from './payout_outbox.ts'
 
@@ -179,10 +180,13 @@ export class PayoutLedger {
     try {
       this.#options.notices?.committed()
     } catch (error) {
-      debug('ledger: commit notice failed: %s', (error as Error).message)
+      debug('ledger: commit notice failed: %s', safeError(error).message)
     }
     await this.#outbox.notifyBatch(batch).catch((error) => {
-      this.#options.logger?.error({ err: error }, 'payouts change listeners failed after commit')
+      this.#options.logger?.error(
+        { err: safeError(error) },
+        'payouts change listeners failed after commit'
+      )
     })
   }
 

@@ -15,6 +15,7 @@ import {
 } from './notify_leases.ts'
 import { OutboxSweep } from './outbox_sweep.ts'
 import type { ApplyResult, PayoutChange } from './vocabulary.ts'
+import { safeError } from '../safe_error.ts'
 
 export { DEFAULT_NOTIFY_LEASE_MS, leaseOwner, type NotifyLease } from './notify_leases.ts'
 
@@ -168,7 +169,7 @@ export class PayoutOutbox {
     if (!this.listener.onChange) return
     const deposit = await depositConfirmedBy(change, this.connection, this.account).catch(
       (error) => {
-        this.logger?.error({ err: error }, 'payouts escrow detection not read')
+        this.logger?.error({ err: safeError(error) }, 'payouts escrow detection not read')
         return null
       }
     )

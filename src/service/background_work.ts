@@ -4,6 +4,7 @@ import debug from '../debug.ts'
 import { missingKey } from '../errors.ts'
 import type { HostLockServices, JobLocks } from '../jobs/locks.ts'
 import { backlogChannel, channels, traced } from '../tracing/channels.ts'
+import { safeError } from '../safe_error.ts'
 
 /** How often the backlog is read while someone listens. */
 const BACKLOG_SAMPLE_MS = 15_000
@@ -59,7 +60,7 @@ export class BackgroundWork {
       await heartbeats.beat(name, options)
     } catch (error) {
       this.#heartbeats = undefined
-      logger.error({ err: error, heartbeat: name }, 'payouts heartbeat not recorded')
+      logger.error({ err: safeError(error), heartbeat: name }, 'payouts heartbeat not recorded')
     }
   }
 
@@ -85,7 +86,7 @@ export class BackgroundWork {
       })
       backlogChannel.publish({ ...sample, account: config.account })
     } catch (error) {
-      logger.debug({ err: error }, 'payouts inbox backlog not read')
+      logger.debug({ err: safeError(error) }, 'payouts inbox backlog not read')
     }
   }
 
@@ -110,7 +111,7 @@ export class BackgroundWork {
           processor.kick()
           return ledger.renotify()
         })
-        .catch((error) => logger.error({ err: error }, 'payouts inbox worker failed'))
+        .catch((error) => logger.error({ err: safeError(error) }, 'payouts inbox worker failed'))
     }, intervalMs)
     this.#inboxTimer.unref()
   }

@@ -18,6 +18,7 @@ import {
   type Loaded,
   type Relayed,
 } from './relay_reads.ts'
+import { safeError } from '../safe_error.ts'
 
 /** Payouts remembered as broadcast without an owner, for the owner's late arrival. */
 const OWNERLESS_KEPT = 10_000
@@ -194,7 +195,8 @@ export class BroadcastRelay {
       this.#failing = false
     } catch (error) {
       // Logged once per outage; the next tick reads from the same frontier.
-      if (!this.#failing) this.#options.logger.warn({ err: error }, 'payouts relay read failed')
+      if (!this.#failing)
+        this.#options.logger.warn({ err: safeError(error) }, 'payouts relay read failed')
       this.#failing = true
     }
     if (this.#stopped) return

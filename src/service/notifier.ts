@@ -13,6 +13,7 @@ import {
   type PayoutsEventName,
   type PayoutsEventPayload,
 } from './app_events.ts'
+import { safeError } from '../safe_error.ts'
 
 /** The part of Transmit the service uses (structural, so Transmit stays optional). */
 export interface ChannelBroadcaster<Ctx = any> {
@@ -98,7 +99,12 @@ export class PayoutsNotifier implements ChangeListener {
       return true
     } catch (error) {
       logger.error(
-        { err: error, event: name, eventKey: data.eventKey, timedOut: isDeadlineError(error) },
+        {
+          err: safeError(error),
+          event: name,
+          eventKey: data.eventKey,
+          timedOut: isDeadlineError(error),
+        },
         'payouts listener failed'
       )
       return false
@@ -186,7 +192,7 @@ export class PayoutsNotifier implements ChangeListener {
         }
       } catch (error) {
         this.#options.logger.error(
-          { err: error, channel, eventId: event.eventId },
+          { err: safeError(error), channel, eventId: event.eventId },
           'payouts broadcast failed'
         )
       }

@@ -9,6 +9,7 @@ import {
   type ChannelBroadcaster,
   type PayoutsNotifier,
 } from './notifier.ts'
+import { safeError } from '../safe_error.ts'
 
 /** What the channels need: the config, the notifier that broadcasts, the app's host facts. */
 export interface TransmitChannelsOptions {
@@ -89,7 +90,7 @@ export class TransmitChannels {
       relay.start()
       return relay
     })().catch((error) => {
-      logger.error({ err: error }, 'payouts relay not started')
+      logger.error({ err: safeError(error) }, 'payouts relay not started')
       return null
     })
     await this.#relay

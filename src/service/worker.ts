@@ -2,6 +2,7 @@ import type { Logger } from '@adonisjs/core/logger'
 import { withDeadline } from '../time_bounds.ts'
 import { WORKER_BEAT_EVERY_MS } from '../health/heartbeats.ts'
 import type { PayoutsService } from './payouts_service.ts'
+import { safeError } from '../safe_error.ts'
 
 /** What the worker drives: the service of the app it runs in, through its public methods. */
 export type WorkerService = Pick<
@@ -68,7 +69,7 @@ export class PayoutsWorker {
         processed = await service.drainInbox({ maxBatches: 1 })
         renotified = await service.renotify()
       } catch (error) {
-        logger.error({ err: error }, 'payouts worker batch failed')
+        logger.error({ err: safeError(error) }, 'payouts worker batch failed')
       }
       // Health tells a dead worker by this beat (bounded, never throws).
       await service.heartbeat('worker', { atMostEveryMs: WORKER_BEAT_EVERY_MS })
@@ -134,7 +135,7 @@ export class PayoutsWorker {
       logger.info('payouts worker stopped')
       return true
     } catch (error) {
-      logger.error({ err: error }, 'payouts worker did not stop in time')
+      logger.error({ err: safeError(error) }, 'payouts worker did not stop in time')
       return false
     }
   }

@@ -1,6 +1,7 @@
 import { WebSocket } from 'undici'
 import debug from '../debug.ts'
 import { parseJsonBytes } from '../schemas/events.ts'
+import { safeError } from '../safe_error.ts'
 
 /** What the stream hands to the pipeline: the raw bytes of one event message. */
 export type StreamMessageHandler = (raw: Buffer) => Promise<void>
@@ -68,7 +69,7 @@ export class PayoutsStream {
           : Buffer.from(event.data as ArrayBuffer)
       this.#onMessage(raw).catch((error) =>
         this.#options.logger?.warn(
-          { err: (error as Error).message },
+          { err: safeError(error).message },
           'payouts stream message failed'
         )
       )
