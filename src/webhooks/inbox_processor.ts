@@ -7,6 +7,7 @@ import debug from '../debug.ts'
 import { eventEnvelopeSchema, parseJsonBytes, type EventEnvelope } from '../schemas/events.ts'
 import type { InboxRow, InboxStore, InboxVerdict } from './inbox_store.ts'
 import { PermanentEventError } from './event_mapper.ts'
+import { safeError } from '../safe_error.ts'
 
 const UNPARSABLE = 'unparsable event body'
 /** How one leased row ended: applied, dead-lettered, failed (retried later), taken by another. */
@@ -105,6 +106,11 @@ export class InboxProcessor {
   #again = false
   /** The rows of the next slice of an inline drain (see `sliceMs`). */
   #sliceRows: number
+  /**
+   * How long the last batch held the database: its transaction, not the telling of its
+   * changes after COMMIT (an app's listener awaiting its own I/O holds nothing).
+   */
+  #heldMs = 0
   /** Acknowledgements in flight in this process, and the slices waiting for them to end. */
   #acknowledging = 0
   #waitingForAcks: Array<() => void> = []
@@ -138,7 +144,7 @@ export class InboxProcessor {
       }
     })
     this.#running.catch((error) =>
-      this.#options.logger.error({ err: error }, 'payouts inbox drain failed')
+      this.#options.logger.error({ err: safeError(error) }, 'payouts inbox drain failed')
     )
   }
 
@@ -196,11 +202,10 @@ export class InboxProcessor {
         await this.#acknowledgementsAnswered(this.#options.sliceMs * 4)
       }
       const size = options.sliced ? this.#sliceRows : this.#options.batchSize
-      const startedAt = performance.now()
       const rows = await this.#batch(size)
       if (rows === 0) return handled
       handled += rows
-      if (options.sliced) this.#paceSlices(rows, performance.now() - startedAt)
+      if (options.sliced) this.#paceSlices(rows, this.#heldMs)
     }
     return handled
   }
@@ -235,6 +240,7 @@ export class InboxProcessor {
     if (!applier.applyBatch || !store.claimsInTransaction) return GO_ROW_BY_ROW
     let notified: Promise<void> | undefined
     let outcome: { rows: InboxRow[]; verdicts: InboxVerdict[] } | null
+    const startedAt = performance.now()
     try {
       outcome = await store.processDueInTransaction(this.#options.now(), size, (trx, rows) =>
         // Traced once rows are claimed: a poll that finds nothing makes no trace.
@@ -267,9 +273,10 @@ export class InboxProcessor {
     } catch (error) {
       // A stalled database fails the drain; row by row would only stall again.
       if (isDeadlineError(error)) throw error
-      logger.debug({ err: (error as Error).message }, 'payouts inbox: batch goes row by row')
+      logger.debug({ err: safeError(error).message }, 'payouts inbox: batch goes row by row')
       return GO_ROW_BY_ROW
     }
+    this.#heldMs = performance.now() - startedAt
     if (!outcome) return 0
     debug('inbox: %d deliveries processed in one transaction', outcome.rows.length)
     for (const [index, verdict] of outcome.verdicts.entries()) {
@@ -292,9 +299,11 @@ export class InboxProcessor {
    */
   async #drainWithLeases(size: number): Promise<number> {
     const { store, leaseMs, now } = this.#options
+    const startedAt = performance.now()
     const rows = await this.#step(store.claimDue(now(), size, leaseMs), 'inbox claim')
     if (rows.length === 0) return 0
-    return traced(
+    // Row by row each row has its own transaction and telling: the whole batch is counted.
+    const handled = await traced(
       channels.inboxBatch,
       () => ({
         path: 'row_by_row' as const,
@@ -311,6 +320,8 @@ export class InboxProcessor {
         return rows.length
       }
     )
+    this.#heldMs = performance.now() - startedAt
+    return handled
   }
 
   /** The claimed rows one by one, their lease renewed every third of it meanwhile. */
@@ -387,7 +398,7 @@ export class InboxProcessor {
       notified = done.value
       debug('inbox: delivery %s processed', row.deliveryId)
     } catch (error) {
-      const message = (error as Error).message ?? String(error)
+      const message = safeError(error).message
       const retryAt =
         error instanceof PermanentEventError || row.attempts >= this.#options.maxAttempts
           ? null

@@ -9,6 +9,7 @@ import { BodyTooLargeError, readRawBody } from './raw_body.ts'
 import type { AcceptedSecrets } from './accepted_secrets.ts'
 import type { InboxProcessor } from './inbox_processor.ts'
 import type { InboxStore } from './inbox_store.ts'
+import { safeError } from '../safe_error.ts'
 
 /** The signed webhook route's collaborators and bounds. */
 export interface WebhookReceiverOptions {
@@ -47,9 +48,7 @@ export class WebhookReceiver {
   /** One delivery, traced on `svc-payouts.webhook.receive` when anybody listens. */
   handle(ctx: HttpContext) {
     const { request } = ctx
-    // The inline processing of this process takes no slice until it is answered.
-    const answered = this.options.processor?.acknowledging()
-    const handled = traced(
+    return traced(
       channels.webhookReceive,
       () => ({
         eventType: request.header('svc-event-type')?.slice(0, 100) ?? null,
@@ -61,7 +60,44 @@ export class WebhookReceiver {
         return outcome
       }
     )
-    return answered ? handled.finally(answered) : handled
+  }
+
+  /**
+   * Inline processing starts once the answer is written (or the connection closed), after the
+   * event loop has polled its sockets once more: what it does (a transaction, the app's
+   * listeners) never runs between the delivery's storing and its 200 going out, nor before
+   * the requests that arrived meanwhile are read.
+   */
+  #kickWhenAnswered({ response }: HttpContext) {
+    const processor = this.options.processor
+    if (!processor) return
+    let kicked = false
+    const kick = () => {
+      if (kicked) return
+      kicked = true
+      // An immediate set from an immediate runs in the next turn's check phase, after its poll.
+      setImmediate(() => setImmediate(() => processor.kick()))
+    }
+    const socket = response.response
+    if (socket.writableFinished || socket.destroyed) return kick()
+    socket.once('finish', kick)
+    socket.once('close', kick)
+  }
+
+  /**
+   * From here until its answer is written (or its connection closes), the delivery is an
+   * acknowledgement in flight: the inline processing of this process takes no slice
+   * meanwhile. Only once it is verified: a sender that never finishes an unsigned body holds
+   * nothing back.
+   */
+  #inFlight({ response }: HttpContext) {
+    const processor = this.options.processor
+    if (!processor) return
+    const answered = processor.acknowledging()
+    const socket = response.response
+    if (socket.writableFinished || socket.destroyed) return answered()
+    socket.once('finish', answered)
+    socket.once('close', answered)
   }
 
   async #handle(ctx: HttpContext, trace?: WebhookReceiveContext) {
@@ -79,7 +115,7 @@ export class WebhookReceiver {
         return response.status(413).send({ error: 'payload too large' })
       }
       if (trace) trace.reason = 'unreadable_body'
-      logger.warn({ err: (error as Error).message }, 'payouts webhook rejected: unreadable body')
+      logger.warn({ err: safeError(error).message }, 'payouts webhook rejected: unreadable body')
       return response.status(400).send({ error: 'invalid webhook' })
     }
 
@@ -100,7 +136,7 @@ export class WebhookReceiver {
       // Not known to be stored: answer 5xx so the service delivers it again.
       if (trace) trace.outcome = 'unavailable'
       logger.error(
-        { deliveryId, err: (error as Error).message, timedOut: isDeadlineError(error) },
+        { deliveryId, err: safeError(error).message, timedOut: isDeadlineError(error) },
         'payouts webhook not stored'
       )
       return response.status(503).send({ error: 'temporarily unavailable' })
@@ -111,17 +147,18 @@ export class WebhookReceiver {
     if (outcome === 'duplicate') {
       return response.status(200).send({ received: true, duplicate: true })
     }
-    this.options.processor?.kick()
+    this.#kickWhenAnswered(ctx)
     return response.status(200).send({ received: true })
   }
 
   /** The secrets, the signature, the insert: every step that may wait on the database. */
   async #verifyAndStore(
-    { request, response }: HttpContext,
+    ctx: HttpContext,
     raw: Buffer,
     deliveryId: string,
     trace?: WebhookReceiveContext
   ): Promise<'stored' | 'duplicate' | 'rejected'> {
+    const { request, response } = ctx
     const { logger } = this.options
     const verify = (secrets: string[]) =>
       verifySignature({
@@ -150,6 +187,7 @@ export class WebhookReceiver {
       this.#reject(response, verdict.reason, deliveryId, trace)
       return 'rejected'
     }
+    this.#inFlight(ctx)
     const eventType = (request.header('svc-event-type') ?? 'unknown').slice(0, 100)
     return this.options.inbox.insert({
       deliveryId,

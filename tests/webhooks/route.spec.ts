@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto'
-import { Readable } from 'node:stream'
+import { connect, type Socket } from 'node:net'
 import { test } from '@japa/runner'
 import { request } from 'undici'
 import { Payout, WebhookDelivery } from '../../src/models/main.ts'
@@ -38,7 +38,7 @@ function statusEvent(payoutId: string, status: string, step: string) {
 
 async function post(
   app: HttpApp,
-  body: Buffer | string | Readable,
+  body: Buffer | string,
   headers: Record<string, string | undefined>
 ) {
   const clean = Object.fromEntries(
@@ -173,51 +173,106 @@ test.group(`Webhooks | signed route (${TEST_DB})`, () => {
     )
   })
 
-  test('a delivery being received holds back inline processing until it is answered (webhook.inlineSliceMs)', async ({
+  test('a delivery is an acknowledgement in flight from its verification to its answer; an unsigned or unfinished one never is', async ({
     assert,
     cleanup,
   }) => {
-    // Slices of 100 ms: a slice waits up to 400 ms for acknowledgements in flight.
-    const app = await startHttpApp(cleanup, { webhook: { inlineSliceMs: 100 } })
-    const { inbox, processor } = await partsOf(app.payouts)
-    const waiting = createdEvent()
-    await inbox.insert({
-      deliveryId: `dlv_${randomUUID()}`,
-      eventType: waiting.type,
-      rawBody: Buffer.from(JSON.stringify(waiting)),
-      signatureHeader: null,
-      source: 'webhook',
+    const app = await startHttpApp(cleanup)
+    const { processor } = await partsOf(app.payouts)
+    const marks: Array<{ ended: boolean }> = []
+    const acknowledging = processor.acknowledging.bind(processor)
+    processor.acknowledging = () => {
+      const mark = { ended: false }
+      marks.push(mark)
+      const end = acknowledging()
+      return () => {
+        mark.ended = true
+        end()
+      }
+    }
+
+    // Headers and half a body, then nothing: held open while the others are sent.
+    const url = new URL(app.url)
+    const stalled = await new Promise<Socket>((resolve) => {
+      const socket = connect(Number(url.port), url.hostname, () => {
+        socket.write(
+          'POST /webhooks/payouts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+            'Content-Length: 1000\r\n\r\n{"type":'
+        )
+        resolve(socket)
+      })
     })
-    const applied = async () => Payout.query().where('payout_uuid', waiting.data.payoutId)
-
-    // A delivery whose body is still arriving: its request is in flight at the route.
-    const arriving = createdEvent()
-    const raw = Buffer.from(JSON.stringify(arriving))
-    const half = Math.floor(raw.length / 2)
-    let sendRest!: () => void
-    const rest = new Promise<void>((resolve) => (sendRest = resolve))
-    const answer = post(
-      app,
-      // A stream the route reads as it comes.
-      Readable.from(
-        (async function* () {
-          yield raw.subarray(0, half)
-          await rest
-          yield raw.subarray(half)
-        })()
-      ),
-      { ...signed(raw), 'content-length': String(raw.length) }
+    cleanup(() => void stalled.destroy())
+    const unsigned = JSON.stringify(createdEvent())
+    assert.equal(
+      (await post(app, unsigned, { ...signed(unsigned), 'svc-signature': 't=1,v1=00' })).status,
+      400
     )
-    await new Promise((resolve) => setTimeout(resolve, 100))
-    processor.kick()
-    await new Promise((resolve) => setTimeout(resolve, 150))
-    assert.lengthOf(await applied(), 0, 'no slice while the delivery is in flight')
+    assert.lengthOf(marks, 0, 'neither the refused nor the unfinished request held processing')
 
-    sendRest()
-    assert.equal((await answer).status, 200)
+    const raw = JSON.stringify(createdEvent())
+    assert.equal((await post(app, raw, signed(raw))).status, 200)
+    assert.lengthOf(marks, 1)
+    assert.isTrue(marks[0].ended, 'ended once its answer was written')
+  })
+
+  test('the 200 goes out before the processing it starts (webhook.inlineSliceMs {$self})')
+    .with([5, 0])
+    .run(async ({ assert, cleanup }, sliceMs) => {
+      const app = await startHttpApp(cleanup, { webhook: { inlineSliceMs: sliceMs } })
+      const emitter = await app.app.container.make('emitter')
+      let toldAt = 0
+      // A listener holding the event loop 300 ms, as a slow synchronous one would.
+      emitter.on('payouts:created', () => {
+        const until = performance.now() + 300
+        while (performance.now() < until);
+        toldAt = performance.now()
+      })
+      const raw = JSON.stringify(createdEvent())
+      const startedAt = performance.now()
+      const { status } = await post(app, raw, signed(raw))
+      const answeredAt = performance.now()
+      const { processor } = await partsOf(app.payouts)
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      await processor.idle()
+      assert.equal(status, 200)
+      assert.isAbove(toldAt, 0, 'then processed and told')
+      assert.isBelow(answeredAt, toldAt - 250, 'the answer came before the listener held the loop')
+      assert.isBelow(answeredAt - startedAt, 250)
+    })
+
+  test("a listener awaiting its own I/O does not shrink the slices: the pace is the transaction's", async ({
+    assert,
+    cleanup,
+  }) => {
+    const app = await startHttpApp(cleanup, { webhook: { inlineSliceMs: 5 } })
+    const emitter = await app.app.container.make('emitter')
+    emitter.on('payouts:created', () => new Promise((resolve) => setTimeout(resolve, 10)))
+    const { inbox, processor } = await partsOf(app.payouts)
+    for (let i = 0; i < 40; i++) {
+      const event = createdEvent()
+      await inbox.insert({
+        deliveryId: `dlv_${randomUUID()}`,
+        eventType: event.type,
+        rawBody: Buffer.from(JSON.stringify(event)),
+        signatureHeader: null,
+        source: 'webhook',
+      })
+    }
+    const db = await app.app.container.make('lucid.db')
+    const statements = recordStatements(db)
+    processor.kick()
     await processor.idle()
-    assert.lengthOf(await applied(), 1, 'processed once it was answered')
-    assert.lengthOf(await Payout.query().where('payout_uuid', arriving.data.payoutId), 1)
+    const transactions = statements.filter((sql) => /^begin/i.test(sql)).length
+    // Counted with the listeners' 10 ms, every slice shrank to one row: 40 and more.
+    assert.isAtMost(transactions, 15, `${transactions} transactions for 40 rows`)
+    assert.equal(
+      await Payout.query()
+        .count('* as total')
+        .first()
+        .then((row) => Number(row?.$extras.total)),
+      40
+    )
   })
 
   test('rejections answer 400 with a generic body: {name}')
