@@ -161,6 +161,25 @@ test.group('Demo | OpenTelemetry', () => {
       'the web process applies none (worker mode)'
     )
 
+    // A refused request claiming one of the payout's delivery ids: its receive span (outcome
+    // rejected) carries that id, and must not join the payout's tree.
+    const claimed = (
+      db.prepare('SELECT delivery_id FROM svc_webhook_deliveries LIMIT 1').get() as any
+    ).delivery_id as string
+    const spoof = await fetch(`${demo.url}/webhooks/payouts`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        'svc-delivery-id': claimed,
+        'svc-event-type': 'payout.status.updated',
+        'svc-signature': 't=1,v1=00',
+      },
+      body: '{}',
+    })
+    assert.equal(spoof.status, 400)
+    // The span files are written every 500 ms.
+    await sleep(1500)
+
     // One payout's tree: the execute in the web process with its call of the service, then
     // each webhook received there, the worker's batch that applied it linked under it.
     const traceUrl = `${demo.url}/api/payouts/${payoutId}/trace`
@@ -197,8 +216,10 @@ test.group('Demo | OpenTelemetry', () => {
       .sort()
     assert.deepEqual(
       receives.map((receive) => receive.attributes['messaging.message.id']).sort(),
-      deliveryIds
+      deliveryIds,
+      'each delivery once: the refused request that claimed one is not in the tree'
     )
+    assert.isTrue(receives.every((receive) => receive.attributes['payouts.outcome'] === 'stored'))
     assert.deepEqual(
       batches
         .flatMap(({ batch }) => batch.attributes['payouts.inbox.delivery_ids'] as string[])

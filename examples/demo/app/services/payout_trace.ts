@@ -46,8 +46,13 @@ export function payoutTrace(
     byTrace.set(span.traceId, [...(byTrace.get(span.traceId) ?? []), span])
   }
 
+  // A receive counts only when it stored (or had stored) the delivery: a refused request
+  // may claim any delivery id.
+  const received = (span: SpanLine) =>
+    span.attributes['payouts.outcome'] === 'stored' ||
+    span.attributes['payouts.outcome'] === 'duplicate'
   const ofDelivery = (span: SpanLine) =>
-    deliveries.has(span.attributes['messaging.message.id'] as string) ||
+    (received(span) && deliveries.has(span.attributes['messaging.message.id'] as string)) ||
     ((span.attributes['payouts.inbox.delivery_ids'] as string[] | undefined) ?? []).some((id) =>
       deliveries.has(id)
     )
