@@ -89,7 +89,9 @@ export default class PayoutsIntents extends PayoutsCommand<IntentView[] | Intent
         String(intent.id),
         intent.state,
         intent.flow,
-        `${intent.amount ?? ''} ${intent.fromCurrency ?? ''} → ${intent.toCurrency ?? ''}`,
+        intent.batch
+          ? `${intent.batch.rows} rows (chunk ${intent.batch.chunk + 1} of ${intent.batch.chunks})`
+          : `${intent.amount ?? ''} ${intent.fromCurrency ?? ''} → ${intent.toCurrency ?? ''}`,
         String(intent.attempts),
         intent.createdAt,
         intent.retryable ? 'yes' : 'no',

@@ -165,14 +165,28 @@ export class EmulatorAdmin {
     return payoutView(payout)
   }
 
-  /** Every payout of every account, with its Idempotency-Key, flow and quote. */
+  /**
+   * Every payout of every account, with its Idempotency-Key (an execute's), or the key of the
+   * execute-batch request that made it and its row there (`batchKey`, `batchIndex`), its
+   * flow and quote.
+   */
   payouts() {
     return [...this.state.payouts.values()].map((p) => ({
       ...payoutView(p),
       idempotencyKey: p.idempotencyKey,
+      batchKey: p.batchKey,
+      batchIndex: p.batchIndex,
       flow: p.flow,
       quoteId: p.quoteId,
     }))
+  }
+
+  /**
+   * Every execute-batch request processed (replays under its key are not), oldest first: its
+   * account, key, and per row the payout made or the code it was refused with.
+   */
+  batches() {
+    return this.state.batches.map((batch) => ({ ...batch, rows: [...batch.rows] }))
   }
 
   /** A quote's record (stablecoin: escrow address, deposit amount, chain). */
@@ -229,6 +243,7 @@ export class EmulatorAdmin {
               faults: this.faultStats(),
               accountPaymentMethods: this.accountPaymentMethods(),
               payouts: this.payouts(),
+              batches: this.batches(),
             })
           case '/faults':
             return ok({ config: this.faults.config, stats: this.faultStats() })

@@ -211,10 +211,18 @@ export function createHandler(deps: HttpDeps) {
     }
 
     const run = () => route!.handler({ accountId, body, query: url.searchParams, params })
+    /** Notes the payouts an execute or execute-batch made, under the key they were made by. */
+    const noteExecuted = (result: ApiResult, madeUnder: string | undefined) => {
+      if (result.status === 200 && (route!.name === 'execute' || route!.name === 'executeBatch'))
+        state.noteExecuted(accountId, route!.name, madeUnder, result.body)
+    }
 
     const idempotencyKey = req.headers['idempotency-key']
-    if (!route.idempotent || typeof idempotencyKey !== 'string')
-      return send(res, await run(), headers)
+    if (!route.idempotent || typeof idempotencyKey !== 'string') {
+      const result = await run()
+      noteExecuted(result, undefined)
+      return send(res, result, headers)
+    }
     if (!idempotencyKeySchema.safeParse(idempotencyKey).success) {
       return send(
         res,
@@ -291,11 +299,7 @@ export function createHandler(deps: HttpDeps) {
         status: result.status,
         body: result.body,
       })
-    if (result.status === 200 && route.name === 'execute') {
-      const payoutId = (result.body as any)?.data?.payoutId
-      const payout = payoutId ? state.payouts.get(payoutId) : undefined
-      if (payout) payout.idempotencyKey = idempotencyKey
-    }
+    noteExecuted(result, idempotencyKey)
     return send(res, result, headers)
   }
 }

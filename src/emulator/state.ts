@@ -73,6 +73,9 @@ export interface PayoutRecord {
   createdAt: string
   completedAt?: string
   idempotencyKey?: string
+  /** Made by an execute-batch request: that request's Idempotency-Key, and the row it was. */
+  batchKey?: string
+  batchIndex?: number
   /** Why a failed payout failed, as its running leg's providerMetadata status. */
   failureStatus?: string
 }
@@ -83,6 +86,17 @@ export interface OnChainTx {
   amountAtomic: bigint
   chainId: number
   confirmedAt: number
+}
+
+/**
+ * An execute-batch request the emulator processed (a replay under its key is not another
+ * one): its key, and per row the payout made or the code it was refused with.
+ */
+export interface BatchRecord {
+  accountId: string
+  idempotencyKey?: string
+  rows: Array<{ index: number; payoutId: string } | { index: number; code: string }>
+  at: string
 }
 
 /** Per-account idempotency record (24 h on the emulated clock). */
@@ -147,6 +161,8 @@ export class EmulatorState {
   readIds = new Map<string, string>()
   transactions = new Map<string, OnChainTx>()
   idempotency = new Map<string, IdempotencyRecord>()
+  /** Execute-batch requests processed, oldest first. */
+  batches: BatchRecord[] = []
   /** Payouts created per Idempotency-Key (chaos tests assert one per key). */
   executeCalls = 0
   #seededRecipients = 0
@@ -244,6 +260,34 @@ export class EmulatorState {
     }
     this.recipients.set(recipient.id, recipient)
     return recipient
+  }
+
+  /**
+   * Notes what a processed execute or execute-batch request made under its key: the key on
+   * each payout (a batch's with its row), and the batch's record.
+   */
+  noteExecuted(
+    accountId: string,
+    endpoint: 'execute' | 'executeBatch',
+    idempotencyKey: string | undefined,
+    body: any
+  ) {
+    if (endpoint === 'execute') {
+      const payout = body?.data?.payoutId ? this.payouts.get(body.data.payoutId) : undefined
+      if (payout && idempotencyKey) payout.idempotencyKey = idempotencyKey
+      return
+    }
+    const results: any[] = body?.data?.results ?? []
+    const rows: BatchRecord['rows'] = results.map((row) => {
+      if (!row.success) return { index: row.index, code: String(row.error?.code ?? 'REFUSED') }
+      const payout = this.payouts.get(row.data.payoutId)
+      if (payout) {
+        payout.batchKey = idempotencyKey
+        payout.batchIndex = row.index
+      }
+      return { index: row.index, payoutId: row.data.payoutId }
+    })
+    this.batches.push({ accountId, idempotencyKey, rows, at: this.clock.iso() })
   }
 
   findPayout(accountId: string, id: string): PayoutRecord | undefined {

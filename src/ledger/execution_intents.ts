@@ -56,18 +56,33 @@ export function mayHaveLeft(intent: ExecutionIntent): boolean {
  * ones a crash or an unknown outcome left behind again (see `PayoutExecutor`).
  */
 export class ExecutionIntents {
-  /** Intents this process is sending right now: recovery leaves them to their caller. */
-  #sending = new Set<number>()
+  /**
+   * Intents this process is sending right now, each with the number of callers holding it (a
+   * batch holds all its chunks while it sends them one by one): recovery leaves them alone.
+   */
+  #sending = new Map<number, number>()
 
   constructor(private options: ExecutionIntentsOptions) {}
 
   /** Runs `work`, the sending of the intent: recovery and `retry` leave it alone meanwhile. */
-  async sending<T>(intent: ExecutionIntent, work: () => Promise<T>): Promise<T> {
-    this.#sending.add(intent.id)
+  sending<T>(intent: ExecutionIntent, work: () => Promise<T>): Promise<T> {
+    return this.holding([intent], work)
+  }
+
+  /**
+   * Runs `work` while the intents count as being sent by this process: a batch holds every
+   * chunk it has yet to send, so this process's recovery job never sends one beside it.
+   */
+  async holding<T>(intents: ExecutionIntent[], work: () => Promise<T>): Promise<T> {
+    for (const { id } of intents) this.#sending.set(id, (this.#sending.get(id) ?? 0) + 1)
     try {
       return await work()
     } finally {
-      this.#sending.delete(intent.id)
+      for (const { id } of intents) {
+        const left = (this.#sending.get(id) ?? 1) - 1
+        if (left > 0) this.#sending.set(id, left)
+        else this.#sending.delete(id)
+      }
     }
   }
 
@@ -107,6 +122,47 @@ export class ExecutionIntents {
     return withDeadline(withStatementTimeout(query, ms).first(), ms, 'execute intent lookup')
   }
 
+  /**
+   * The intents of these keys, by key, each read within the bound (a batch's chunks: 500 keys
+   * per statement, under every database's limit of bound parameters).
+   */
+  async findByKeys(keys: string[]): Promise<Map<string, ExecutionIntent>> {
+    const ms = this.options.transactionTimeoutMs
+    const found = new Map<string, ExecutionIntent>()
+    for (let start = 0; start < keys.length; start += 500) {
+      const query = ExecutionIntent.query({ connection: this.options.connection })
+        .where('account', this.options.account)
+        .whereIn('idempotency_key', keys.slice(start, start + 500))
+      const rows = await withDeadline(
+        withStatementTimeout(query, ms).exec(),
+        ms,
+        'execute intents lookup'
+      )
+      for (const intent of rows) found.set(intent.idempotencyKey, intent)
+    }
+    return found
+  }
+
+  /**
+   * The intents whose keys start with `prefix` and are of `flow` (a batch's chunks: the
+   * caller keeps those of its batch), oldest first. `_` is a wildcard of LIKE: escaped.
+   */
+  findByKeyPrefix(prefix: string, flow: string): Promise<ExecutionIntent[]> {
+    const ms = this.options.transactionTimeoutMs
+    const pattern = `${prefix.replace(/[!%_]/g, (char) => `!${char}`)}%`
+    const query = ExecutionIntent.query({ connection: this.options.connection })
+      .where('account', this.options.account)
+      .where('flow', flow)
+      .whereRaw(`idempotency_key LIKE ? ESCAPE '!'`, [pattern])
+      .orderBy('id', 'asc')
+    return withDeadline(withStatementTimeout(query, ms).exec(), ms, 'execute intents lookup')
+  }
+
+  /** The executor's clock. */
+  now(): DateTime {
+    return this.options.now()
+  }
+
   /** The replay window's rule: the intent's key is younger than the window less the margin. */
   insideWindow(intent: ExecutionIntent, now: DateTime): boolean {
     const deadline = this.options.idempotencyWindowMs - this.options.safetyMarginMs
@@ -139,7 +195,7 @@ export class ExecutionIntents {
       // A pending intent with no attempt (written by an older version, whose attempt came in
       // a second write) never left: sending it can only make its one payout.
       if (mayHaveLeft(intent) && !this.insideWindow(intent, now)) {
-        if (await this.#transition(intent, { state: 'needs_attention' })) summary.flagged++
+        if (await this.transition(intent, { state: 'needs_attention' })) summary.flagged++
         continue
       }
       summary.resent++
@@ -181,7 +237,7 @@ export class ExecutionIntents {
    * Moves an intent to a new state only if it is still in the state and at the attempt it
    * was read with (a conditional UPDATE, bounded): a caller that moved it meanwhile wins.
    */
-  async #transition(
+  async transition(
     intent: ExecutionIntent,
     to: { state: IntentState; error?: Record<string, unknown> }
   ): Promise<boolean> {

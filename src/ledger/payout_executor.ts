@@ -16,7 +16,7 @@ import {
   type ExecuteInput,
   type PayoutsClient,
 } from '../client/payouts_client.ts'
-import { executeDataSchemaByFlow, type ExecuteResult } from '../schemas/resources.ts'
+import type { ExecuteResult } from '../schemas/resources.ts'
 import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
 import PayoutModel from '../models/payout.ts'
 import type Payout from '../models/payout.ts'
@@ -26,13 +26,33 @@ import {
   E_PAYOUTS_INTENT_NEEDS_ATTENTION,
 } from '../errors.ts'
 import { idempotencyKeySchema } from '../schemas/common.ts'
-import { mapExecuteStatus } from './state_machine.ts'
 import { createEscrowDeposit } from './escrow_deposits.ts'
 import { sharedAccount } from './accounts.ts'
+import {
+  executeObservation,
+  JSON_SAFE,
+  parseStoredAnswer,
+  storedAnswer,
+} from './execute_answers.ts'
 import { ExecutionIntents, mayHaveLeft, type RecoverySummary } from './execution_intents.ts'
+import {
+  isBatchIntent,
+  planBatch,
+  PayoutBatches,
+  summarize,
+  type BatchOptions,
+  type BatchRowOutcome,
+  type ExecutedBatch,
+} from './payout_batches.ts'
 import type { AppliedInTransaction, PayoutLedger } from './payout_ledger.ts'
 
 export { mayHaveLeft, type RecoverySummary } from './execution_intents.ts'
+export type {
+  BatchOptions,
+  BatchOutcomeName,
+  BatchRowOutcome,
+  ExecutedBatch,
+} from './payout_batches.ts'
 
 /** What `execute` returns: the typed API result, the local row and the intent. */
 export interface ExecutedPayout {
@@ -45,7 +65,8 @@ export interface ExecutedPayout {
 export interface PayoutExecutorOptions {
   db: Database
   ledger: PayoutLedger
-  client: Pick<PayoutsClient, 'execute'>
+  /** `executeBatch` is needed only to send batches. */
+  client: Pick<PayoutsClient, 'execute'> & Partial<Pick<PayoutsClient, 'executeBatch'>>
   /** Its ledger's (naming another is refused): an idempotency key is unique per account. */
   account?: string
   connection?: string
@@ -57,9 +78,6 @@ export interface PayoutExecutorOptions {
   safetyMarginMs?: number
   now?: () => DateTime
 }
-
-const JSON_SAFE = (_key: string, value: unknown) =>
-  typeof value === 'bigint' ? value.toString() : value
 
 /**
  * Whether a write that failed may still have committed: one given up at its deadline (ours
@@ -108,6 +126,8 @@ export class PayoutExecutor {
   #options: Required<Omit<PayoutExecutorOptions, 'connection'>> & { connection?: string }
   /** The intents' writes, the window's rule, the ones being sent, and recovery. */
   #intents: ExecutionIntents
+  /** The chunks of batches: their intents, requests, answers and rows. */
+  #batches: PayoutBatches
 
   constructor(options: PayoutExecutorOptions) {
     this.#options = {
@@ -119,6 +139,7 @@ export class PayoutExecutor {
       account: sharedAccount(options.account, options.ledger, 'an executor'),
     }
     this.#intents = new ExecutionIntents(this.#options)
+    this.#batches = new PayoutBatches({ ...this.#options, intents: this.#intents })
   }
 
   /** The account whose payouts it sends (its ledger's). */
@@ -220,7 +241,68 @@ export class PayoutExecutor {
       }
       return this.#repeat(existing, fields)
     }
-    return this.#send(intent, { counted: true })
+    return this.#sendOne(intent, { counted: true })
+  }
+
+  /**
+   * Executes many payouts for `ownerId` as one batch, none ever twice. The rows are checked
+   * as `execute` checks one (an error names the row, `rows.17.amount`), then split into
+   * chunks of at most `chunkSize` (100) rows, each sent as one execute-batch request under
+   * its own key derived from the batch's (`<key>-c<chunk>`). Every chunk's intent, with its
+   * rows, is committed before the first request: a crash leaves the batch to recovery, which
+   * sends each chunk under its key. A lost answer is recovered as an execute's is: the same
+   * key, inside the window; `needs_attention` past it. Chunks go out one after the other;
+   * the first one the service does not answer row by row (a lost answer, a 4xx, no
+   * connection) stops the batch, and the chunks after it are refused, never sent (`not_sent`).
+   *
+   * The same key and rows again answer every chunk that succeeded from the ledger, without a
+   * request, and send the others under their keys; the same key with other rows (or another
+   * owner, or chunk size) is refused (E_PAYOUTS_IDEMPOTENCY_KEY_REUSED) before anything is
+   * sent. The answer lists every row with its outcome (see `BatchRowOutcome`); it throws only
+   * for bad input, a reused key, or intents that could not be stored
+   * (E_PAYOUTS_EXECUTE_NOT_STORED).
+   */
+  async executeBatch(rows: ExecuteInput[], options: BatchOptions = {}): Promise<ExecutedBatch> {
+    const plan = planBatch(rows, options)
+    const intents = await this.#batches.write(plan)
+    // Held as being sent until the call ends: this process's recovery leaves them alone.
+    return this.#intents.holding(intents, async () => {
+      const outcomes: BatchRowOutcome[] = []
+      let stop: { code: string; message: string } | null = null
+      for (const [chunk, intent] of intents.entries()) {
+        if (!stop && options.signal?.aborted) {
+          stop = { code: 'ABORTED', message: `the batch was aborted before chunk ${chunk}` }
+        }
+        if (stop) {
+          outcomes.push(...(await this.#batches.notSent(intent, stop)))
+          continue
+        }
+        const answered = await this.#batches.answered(intent)
+        if (answered) {
+          outcomes.push(...answered)
+          continue
+        }
+        try {
+          outcomes.push(...(await this.#sendChunk(intent)))
+        } catch (error) {
+          outcomes.push(...this.#batches.afterError(intent, error))
+          const code = (error as { code?: string }).code ?? (error as Error).name
+          stop = {
+            code: 'BATCH_STOPPED',
+            message: `not sent: the batch stopped at chunk ${chunk} (${code})`,
+          }
+        }
+      }
+      return summarize(plan.key, outcomes, intents)
+    })
+  }
+
+  /**
+   * A batch as the ledger holds it, by its key: every stored chunk's rows with their outcome,
+   * the payouts made with their ledger rows. Nothing is sent; null when no chunk is stored.
+   */
+  findBatch(idempotencyKey: string): Promise<ExecutedBatch | null> {
+    return this.#batches.find(idempotencyKey)
   }
 
   /** The same key again: the stored result, or the same request sent again with it. */
@@ -233,8 +315,7 @@ export class PayoutExecutor {
     }
     if (intent.state === 'succeeded' && intent.payoutUuid) {
       // Stored as JSON (the atomic amount as a string): parsed back to the API's types.
-      const { flow, ...data } = intent.response as { flow: ExecuteResult['flow'] }
-      const result = { flow, ...executeDataSchemaByFlow[flow].parse(data) } as ExecuteResult
+      const result = parseStoredAnswer(intent.response!)
       const payout = await PayoutModel.query({ connection: this.#options.connection })
         .where('account', this.#options.account)
         .where('payout_uuid', intent.payoutUuid)
@@ -256,18 +337,51 @@ export class PayoutExecutor {
     }
     // Pending, unknown, refused or failed: the same key again can only ever answer the
     // one payout the service created for it, if any.
-    return this.#send(intent)
+    return this.#sendOne(intent)
   }
 
-  #send(intent: ExecutionIntent, options: { counted?: boolean } = {}) {
-    return this.#intents.sending(intent, () => this.#attempt(intent, options.counted === true))
+  /** Sends an intent of either kind again (recovery, `retry`). */
+  #send(intent: ExecutionIntent): Promise<ExecutedPayout | BatchRowOutcome[]> {
+    return isBatchIntent(intent) ? this.#sendChunk(intent) : this.#sendOne(intent)
+  }
+
+  #sendOne(intent: ExecutionIntent, options: { counted?: boolean } = {}) {
+    return this.#intents.sending(intent, () =>
+      this.#attempt(
+        intent,
+        options.counted === true,
+        () =>
+          this.#options.client.execute(intent.requestBody as ExecuteInput, {
+            idempotencyKey: intent.idempotencyKey,
+          }),
+        (result) => this.#store(intent, result)
+      )
+    )
+  }
+
+  /** Sends a chunk of a batch under its key and stores its answer (its attempt counted first). */
+  #sendChunk(intent: ExecutionIntent): Promise<BatchRowOutcome[]> {
+    return this.#intents.sending(intent, () =>
+      this.#attempt(
+        intent,
+        false,
+        () => this.#batches.send(intent),
+        (answer) => this.#batches.store(intent, answer)
+      )
+    )
   }
 
   /**
-   * Sends the intent. Its attempt is counted and saved first, unless it was committed with
-   * it (`counted`: a fresh intent).
+   * Sends the intent (`call`), then stores its answer (`store`). Its attempt is counted and
+   * saved first, unless it was committed with it (`counted`: a fresh single intent). An error
+   * of the request sets the intent's state (`stateAfter`), saved before it is thrown.
    */
-  async #attempt(intent: ExecutionIntent, counted: boolean): Promise<ExecutedPayout> {
+  async #attempt<Answer, Stored>(
+    intent: ExecutionIntent,
+    counted: boolean,
+    call: () => Promise<Answer>,
+    store: (answer: Answer) => Promise<Stored>
+  ): Promise<Stored> {
     // A pending intent with attempts was left by a crash that may have come after sending.
     const sentBefore = counted ? intent.attempts > 1 : intent.attempts > 0
     const leftBefore = !counted && mayHaveLeft(intent)
@@ -288,11 +402,9 @@ export class PayoutExecutor {
         cause: error,
       })
     }
-    let result: ExecuteResult
+    let answer: Answer
     try {
-      result = await this.#options.client.execute(intent.requestBody as ExecuteInput, {
-        idempotencyKey: intent.idempotencyKey,
-      })
+      answer = await call()
     } catch (error) {
       intent.state = stateAfter(error, sentBefore)
       intent.error =
@@ -312,7 +424,7 @@ export class PayoutExecutor {
       }
       throw error
     }
-    return this.#store(intent, result)
+    return store(answer)
   }
 
   /** Stores the response, the payout and (stablecoin) the escrow row in one transaction. */
@@ -329,44 +441,20 @@ export class PayoutExecutor {
         writes: PayoutModel.table,
       },
       async (trx) => {
-        const body = intent.requestBody as Record<string, any>
-        const instructions: Record<string, unknown> = {}
-        if ('bankingInstructions' in result && result.bankingInstructions)
-          instructions.bankingInstructions = result.bankingInstructions
-        if ('paymentUrl' in result && result.paymentUrl) instructions.paymentUrl = result.paymentUrl
         stored = await ledger.applyBatchInTransaction(trx, [
-          {
-            payoutId: result.payoutId,
-            status: mapExecuteStatus(result.status),
-            step: 'initiated',
-            source: intent.attempts > 1 ? 'recovery' : 'execute',
-            eventType: 'execute',
-            fields: {
-              ownerId: intent.ownerId,
-              flow: result.flow,
-              quoteId: result.quoteId,
-              sourceAmount: body.amount,
-              sourceCurrency: body.fromCurrency,
-              payoutCurrency: body.toCurrency,
-              payoutAmount: result.toAmount,
-              toAmount: result.toAmount,
-              fees: result.fees,
-              partnerFxRate: result.partnerFxRate,
-              effectiveRate: result.effectiveRate,
-              recipientId: body.recipientId,
-              recipientPaymentMethodId: body.recipientPaymentMethodId,
-              paymentPurpose: body.paymentPurpose,
-              reference: body.reference,
-              instructions: Object.keys(instructions).length > 0 ? instructions : null,
-            },
-          },
+          executeObservation(
+            intent.requestBody,
+            result,
+            intent.ownerId,
+            intent.attempts > 1 ? 'recovery' : 'execute'
+          ),
         ])
         if (result.flow === 'stablecoin_to_fiat')
           await createEscrowDeposit(trx, result, ledger.account)
         intent.useTransaction(trx)
         intent.state = 'succeeded'
         intent.payoutUuid = result.payoutId
-        intent.response = JSON.parse(JSON.stringify(result, JSON_SAFE))
+        intent.response = storedAnswer(result)
         intent.error = null
         await intent.save()
         return stored.results[0].payout
@@ -402,7 +490,7 @@ export class PayoutExecutor {
    * Re-sends one intent with its original key at an operator's request (`payouts:intents
    * --retry`). The caller checks its state and the window; one being sent is left alone.
    */
-  async retry(intent: ExecutionIntent): Promise<ExecutedPayout | null> {
+  async retry(intent: ExecutionIntent): Promise<ExecutedPayout | BatchRowOutcome[] | null> {
     if (this.#intents.isSending(intent)) return null
     return this.#send(intent)
   }

@@ -1,6 +1,15 @@
+import { randomUUID } from 'node:crypto'
 import { DateTime } from 'luxon'
+import { PayoutsApiError, PayoutsValidationError } from '../client/errors.ts'
 import type { PayoutsClient } from '../client/payouts_client.ts'
-import type { RecipientCreateBody, RecipientUpdateBody } from '../schemas/requests.ts'
+import { idempotencyKeySchema } from '../schemas/common.ts'
+import {
+  RECIPIENTS_BULK_MAX_ITEMS,
+  recipientCreateSchema,
+  type RecipientCreateBody,
+  type RecipientUpdateBody,
+} from '../schemas/requests.ts'
+import { chunkKey, MAX_BATCH_KEY_LENGTH } from './batch_keys.ts'
 import type { Recipient as RemoteRecipient } from '../schemas/resources.ts'
 import { DEFAULT_ACCOUNT } from '../constants.ts'
 import Recipient from '../models/recipient.ts'
@@ -36,6 +45,62 @@ export class RecipientsMirror {
   async create(body: RecipientCreateBody, options: { ownerId?: string | null } = {}) {
     const remote = await this.client.recipients.create(body)
     return this.#upsert(remote, options.ownerId)
+  }
+
+  /**
+   * Creates many recipients through `POST /recipients/bulk`, 100 to a request, each request
+   * under `<idempotencyKey>-c<n>`, and mirrors each one as `create` does; answers the local
+   * rows in the order of `rows`. Every row is checked first (an error names it:
+   * `rows.3.name`), nothing sent when one is bad. With your own key, calling again after a
+   * failure (a lost answer, a refusal of a later request) gets the recipients already made
+   * again instead of new ones, and sends the rest; without one, each call makes new ones.
+   */
+  async createMany(
+    rows: RecipientCreateBody[],
+    options: { ownerId?: string | null; idempotencyKey?: string } = {}
+  ): Promise<Recipient[]> {
+    if (!Array.isArray(rows) || rows.length === 0) {
+      throw new PayoutsValidationError('rows', 'must be a non-empty array of recipients')
+    }
+    if (rows.length > 10_000) {
+      throw new PayoutsValidationError('rows', 'must hold at most 10000 recipients')
+    }
+    rows.forEach((row, index) => {
+      const checked = recipientCreateSchema.safeParse(row)
+      if (!checked.success) {
+        const issue = checked.error.issues[0]
+        const field = issue.path.map(String).join('.')
+        throw new PayoutsValidationError(`rows.${index}${field ? `.${field}` : ''}`, issue.message)
+      }
+    })
+    const key = options.idempotencyKey ?? randomUUID()
+    const checkedKey = idempotencyKeySchema.safeParse(key)
+    if (!checkedKey.success || key.length > MAX_BATCH_KEY_LENGTH) {
+      throw new PayoutsValidationError(
+        'idempotencyKey',
+        checkedKey.success
+          ? `must be at most ${MAX_BATCH_KEY_LENGTH} characters (its requests add -c<n>)`
+          : checkedKey.error.issues[0].message
+      )
+    }
+    const mirrored: Recipient[] = []
+    for (let start = 0; start < rows.length; start += RECIPIENTS_BULK_MAX_ITEMS) {
+      const chunk = rows.slice(start, start + RECIPIENTS_BULK_MAX_ITEMS)
+      const made = await this.client.recipients.bulkCreate(
+        { recipients: chunk },
+        { idempotencyKey: chunkKey(key, start / RECIPIENTS_BULK_MAX_ITEMS) }
+      )
+      if (made.length !== chunk.length) {
+        throw new PayoutsApiError({
+          status: 201,
+          code: 'INVALID_RESPONSE',
+          message: `unexpected recipients/bulk answer: ${made.length} recipients for ${chunk.length} rows`,
+          outcomeUnknown: true,
+        })
+      }
+      for (const remote of made) mirrored.push(await this.#upsert(remote, options.ownerId))
+    }
+    return mirrored
   }
 
   async update(remoteId: string, body: RecipientUpdateBody) {

@@ -42,9 +42,15 @@ export type StablecoinToFiatExecuteBody = z.infer<typeof stablecoinToFiatExecute
 export type OnrampExecuteBody = z.infer<typeof onrampExecuteSchema>
 export type ExecuteBody = FiatToFiatExecuteBody | StablecoinToFiatExecuteBody | OnrampExecuteBody
 
+/**
+ * Rows per execute-batch request (spec gap: "batch sizes" are not shown; this package's
+ * reading). `payouts.executeBatch` splits larger batches into requests of at most this many.
+ */
+export const EXECUTE_BATCH_MAX_ITEMS = 100
+
 /** Execute-batch body (spec gap: shape not shown; `{ items: [...] }` chosen). */
 export const executeBatchSchema = z.object({
-  items: z.array(z.record(z.string(), z.unknown())).min(1).max(100),
+  items: z.array(z.record(z.string(), z.unknown())).min(1).max(EXECUTE_BATCH_MAX_ITEMS),
 })
 
 export const confirmEscrowDepositSchema = z.object({
@@ -94,8 +100,14 @@ export type RecipientCreateBody = z.input<typeof recipientCreateSchema>
 export const recipientUpdateSchema = z.object({ ...recipientFields, type: recipientType }).partial()
 export type RecipientUpdateBody = z.input<typeof recipientUpdateSchema>
 
+/**
+ * Recipients per bulk request (spec gap: "recipient counts" are not shown; this package's
+ * reading). `payouts.recipients.createMany` splits larger lists into requests of this many.
+ */
+export const RECIPIENTS_BULK_MAX_ITEMS = 100
+
 export const recipientBulkCreateSchema = z.object({
-  recipients: z.array(recipientCreateSchema).min(1).max(100),
+  recipients: z.array(recipientCreateSchema).min(1).max(RECIPIENTS_BULK_MAX_ITEMS),
 })
 
 /**

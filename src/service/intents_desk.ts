@@ -27,6 +27,8 @@ export interface IntentView {
   lastAttemptAt: string | null
   /** Whether `--retry` may still re-send it with its key. */
   retryable: boolean
+  /** For a chunk of a batch (flow `batch`): which chunk, and how many rows it holds. */
+  batch?: { chunk: number; chunks: number; rows: number }
   /**
    * For a `needs_attention` intent: the ledger's payouts that could be its lost answer (same
    * recipient, amount and currencies, made around its attempts, held by no other intent).
@@ -168,7 +170,15 @@ export class IntentsDesk {
   #view(intent: ExecutionIntent): IntentView {
     const body = intent.requestBody ?? {}
     const error = intent.error as { message?: string; resolution?: { as: string } } | null
+    const batch = body.batch as { chunk: number; chunks: number } | undefined
     return {
+      ...(batch && {
+        batch: {
+          chunk: batch.chunk,
+          chunks: batch.chunks,
+          rows: (body.items as unknown[] | undefined)?.length ?? 0,
+        },
+      }),
       id: intent.id,
       state: intent.state,
       flow: intent.flow,

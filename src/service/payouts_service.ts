@@ -9,6 +9,7 @@ import debug from '../debug.ts'
 import { E_PAYOUTS_FEATURE_DISABLED } from '../errors.ts'
 import type { HeartbeatName } from '../health/heartbeats.ts'
 import type { EscrowDeposits } from '../ledger/escrow_deposits.ts'
+import type { BatchOptions, ExecutedBatch } from '../ledger/payout_batches.ts'
 import type { IntentState } from '../models/execution_intent.ts'
 import type { ReplayFilter } from './inbox_view.ts'
 import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
@@ -185,10 +186,42 @@ export class PayoutsService {
     return executed
   }
 
+  /**
+   * Executes many payouts as one batch through the ledger, none ever twice: chunks of at most
+   * 100 rows, each one execute-batch request under a key derived from the batch's
+   * (`idempotencyKey`, yours: `payroll-2026-05`), every chunk's intent committed before the
+   * first request. The same key and rows again send only what was not sent; other rows under
+   * the key are refused. Every row comes back with its outcome (`created` with its payout,
+   * `refused` with the service's code, ...); each payout made fires `payouts:created`.
+   * See docs/mass-payouts.md.
+   */
+  async executeBatch(rows: ExecuteInput[], options: BatchOptions = {}): Promise<ExecutedBatch> {
+    const { executor } = await this.#partsOf()
+    debug('execute batch sending: %d rows (owner %s)', rows?.length, options.ownerId ?? 'none')
+    const batch = await executor.executeBatch(rows, options)
+    debug('execute batch answered: %o', batch.counts)
+    return batch
+  }
+
+  /**
+   * A batch as the ledger holds it, by the key it was executed with: every row's outcome and
+   * the payouts made (null when the ledger holds no chunk of it). Sends nothing.
+   */
+  async findBatch(idempotencyKey: string): Promise<ExecutedBatch | null> {
+    const { executor } = await this.#partsOf()
+    return executor.findBatch(idempotencyKey)
+  }
+
   /** Recipients through the API, mirrored in the host app's table. */
   readonly recipients = {
     create: (...args: Parameters<RecipientsMirror['create']>) =>
       this.#partsOf().then(({ recipients }) => recipients.create(...args)),
+    /**
+     * Many at once through `POST /recipients/bulk` (100 to a request, each under
+     * `<idempotencyKey>-c<n>`), each mirrored as `create` mirrors one; in the order given.
+     */
+    createMany: (...args: Parameters<RecipientsMirror['createMany']>) =>
+      this.#partsOf().then(({ recipients }) => recipients.createMany(...args)),
     update: (...args: Parameters<RecipientsMirror['update']>) =>
       this.#partsOf().then(({ recipients }) => recipients.update(...args)),
     delete: (...args: Parameters<RecipientsMirror['delete']>) =>

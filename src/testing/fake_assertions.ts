@@ -9,6 +9,29 @@ export type ExecutedPayout = ReturnType<PayoutsEmulator['admin']['payouts']>[num
 /** A recipient as the service (the fake) holds it. */
 export type CreatedRecipient = ReturnType<typeof recipientView>
 
+/**
+ * A batch the app sent the service (the fake): the execute-batch requests of one batch key,
+ * each processed once (a replay under its key is not another request).
+ */
+export interface SentBatch {
+  /**
+   * The batch's key: the `idempotencyKey` given to `payouts.executeBatch` (the key its chunks
+   * were sent under, without their `-c<n>`), or a `client.executeBatch` request's own key.
+   */
+  idempotencyKey: string | undefined
+  /** Execute-batch requests the service processed for it (one per chunk). */
+  requests: number
+  /** Rows those requests carried. */
+  rows: number
+  /** Payouts made. */
+  created: number
+  /** Rows the service refused, and their codes in order. */
+  refused: number
+  refusals: string[]
+  /** The payouts made, in the order of their requests and rows. */
+  payouts: ExecutedPayout[]
+}
+
 /** Fields to match (each must be equal), or a predicate. */
 export type Match<T> = Partial<T> | ((item: T) => boolean)
 
@@ -86,6 +109,25 @@ export function failUnlessRecipientCreated(
     actual: recipients,
     operator: 'assertRecipientCreated',
   })
+}
+
+/** `PayoutsFake.assertBatchExecuted` on the batches the service processed. */
+export function failUnlessBatchExecuted(batches: SentBatch[], match?: Match<SentBatch>) {
+  if (batches.some(matcher(match))) return
+  const seen = batches.map(batchSummary)
+  fail({
+    message: match
+      ? `Expected a batch matching ${describe(match)} to be executed; the ${batches.length} executed: ${describe(seen)}`
+      : 'Expected a batch to be executed; none was',
+    expected: [match ?? 'a batch'],
+    actual: seen,
+    operator: 'assertBatchExecuted',
+  })
+}
+
+function batchSummary(batch: SentBatch) {
+  const { payouts, ...counts } = batch
+  return { ...counts, payouts: payouts.length }
 }
 
 function matcher<T extends object>(match?: Match<T>): (item: T) => boolean {

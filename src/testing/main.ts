@@ -9,6 +9,7 @@ export {
   type ExecutedPayout,
   type CreatedRecipient,
   type Match,
+  type SentBatch,
 } from './payouts_fake.ts'
 export { payoutsTesting, type PayoutsTestingOptions } from './plugin.ts'
 export { clearPayoutsTables } from './tables.ts'

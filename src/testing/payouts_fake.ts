@@ -6,8 +6,10 @@ import type { PayoutsEmulator } from '../emulator/emulator.ts'
 import type { FaultConfig } from '../emulator/faults.ts'
 import { DEFAULT_ACCOUNT, recipientView } from '../emulator/state.ts'
 import { TERMINAL_STATUSES, type PayoutStatus, type PayoutStep } from '../schemas/common.ts'
+import { batchKeyOf } from '../ledger/batch_keys.ts'
 import {
   failIfExecuted,
+  failUnlessBatchExecuted,
   failUnlessEscrowConfirmed,
   failUnlessExecuted,
   failUnlessExecutedCount,
@@ -15,10 +17,11 @@ import {
   type CreatedRecipient,
   type ExecutedPayout,
   type Match,
+  type SentBatch,
 } from './fake_assertions.ts'
 import { startFake, type FakeBinding, type PayoutsFakeOptions } from './fake_start.ts'
 
-export type { CreatedRecipient, ExecutedPayout, Match } from './fake_assertions.ts'
+export type { CreatedRecipient, ExecutedPayout, Match, SentBatch } from './fake_assertions.ts'
 export type { FakeBinding, PayoutsFakeOptions } from './fake_start.ts'
 
 /** A payout as the fake's methods take it: its UUID, its read id, or a ledger row. */
@@ -178,6 +181,48 @@ export class PayoutsFake {
     return this.emulator.admin.payouts()
   }
 
+  /**
+   * Every batch the app sent, in the order of their first requests: the execute-batch
+   * requests the service processed, grouped by batch key (the chunks of one
+   * `payouts.executeBatch` are one batch), with their rows and payouts.
+   */
+  batches(): SentBatch[] {
+    this.#live()
+    const payouts = new Map(this.executed().map((payout) => [payout.payoutId, payout]))
+    const batches = new Map<string | undefined, SentBatch>()
+    for (const record of this.emulator.admin.batches()) {
+      if (record.accountId !== DEFAULT_ACCOUNT) continue
+      const key =
+        record.idempotencyKey && (batchKeyOf(record.idempotencyKey) ?? record.idempotencyKey)
+      let batch = batches.get(key)
+      if (!batch) {
+        batch = {
+          idempotencyKey: key,
+          requests: 0,
+          rows: 0,
+          created: 0,
+          refused: 0,
+          refusals: [],
+          payouts: [],
+        }
+        batches.set(key, batch)
+      }
+      batch.requests++
+      batch.rows += record.rows.length
+      for (const row of record.rows) {
+        if ('code' in row) {
+          batch.refused++
+          batch.refusals.push(row.code)
+        } else {
+          batch.created++
+          const payout = payouts.get(row.payoutId)
+          if (payout) batch.payouts.push(payout)
+        }
+      }
+    }
+    return [...batches.values()]
+  }
+
   /** Every recipient the app created at the service (seeded ones are not counted). */
   recipients(): CreatedRecipient[] {
     this.#live()
@@ -199,6 +244,15 @@ export class PayoutsFake {
   /** Fails unless the service holds exactly `count` payouts (matching `match`). */
   assertExecutedCount(count: number, match?: Match<ExecutedPayout>) {
     failUnlessExecutedCount(this.executed(), count, match)
+  }
+
+  /**
+   * Fails unless the app sent a batch (matching `match`: its `idempotencyKey`, `rows`,
+   * `created`, `refused`, `requests`, or a predicate), e.g.
+   * `assertBatchExecuted({ idempotencyKey: 'payroll-2026-05', created: 250 })`.
+   */
+  assertBatchExecuted(match?: Match<SentBatch>) {
+    failUnlessBatchExecuted(this.batches(), match)
   }
 
   /** Fails unless the escrow deposit of the quote (or of any quote) is confirmed. */

@@ -21,3 +21,9 @@ export type {
   PayoutsEventsList,
   ObservationSource,
 } from './events.ts'
+export type {
+  BatchOptions,
+  BatchOutcomeName,
+  BatchRowOutcome,
+  ExecutedBatch,
+} from '../ledger/payout_batches.ts'

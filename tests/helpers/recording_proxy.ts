@@ -8,23 +8,30 @@ import { request } from 'undici'
  * what actually went over the wire. It can also lose answers the way a network does after
  * the service did its work: with `loseNext(n)`, the next `n` requests whose path starts
  * with `losePrefix` are forwarded and answered by the target (the payout exists there),
- * then the caller's connection is reset instead of answered.
+ * then the caller's connection is reset instead of answered. Each request's Idempotency-Key
+ * is kept with it.
  */
 export async function startRecordingProxy(
   cleanup: (fn: () => Promise<void>) => void,
   target: string,
   losePrefix = '/rfq/execute'
 ) {
-  const requests: Array<{ method: string; path: string }> = []
+  const requests: Array<{ method: string; path: string; idempotencyKey?: string }> = []
   const base = new URL(target)
   let toLose = 0
+  let toSkip = 0
   const server = createServer((req, res) => {
     const chunks: Buffer[] = []
     req.on('data', (chunk) => chunks.push(chunk))
     req.on('end', async () => {
       const url = new URL(req.url!, 'http://127.0.0.1')
       const path = url.pathname.slice(base.pathname.length - 1)
-      requests.push({ method: req.method!, path })
+      const key = req.headers['idempotency-key']
+      requests.push({
+        method: req.method!,
+        path,
+        ...(typeof key === 'string' ? { idempotencyKey: key } : {}),
+      })
       const headers = { ...req.headers }
       delete headers.host
       delete headers.connection
@@ -36,8 +43,11 @@ export async function startRecordingProxy(
         })
         const body = Buffer.from(await response.body.arrayBuffer())
         if (toLose > 0 && path.startsWith(losePrefix)) {
-          toLose--
-          return req.socket.destroy()
+          if (toSkip > 0) toSkip--
+          else {
+            toLose--
+            return req.socket.destroy()
+          }
         }
         const forwarded = { ...response.headers }
         delete forwarded['transfer-encoding']
@@ -59,13 +69,18 @@ export async function startRecordingProxy(
     /** The target's URL, path prefix included, through the proxy. */
     baseUrl: `http://127.0.0.1:${port}${base.pathname.replace(/\/$/, '')}`,
     requests,
-    /** The next `count` answers to `losePrefix` are lost after the target made them. */
-    loseNext(count = 1) {
+    /**
+     * The next `count` answers to `losePrefix` are lost after the target made them (after
+     * `skip` more of them were answered).
+     */
+    loseNext(count = 1, skip = 0) {
       toLose += count
+      toSkip += skip
     },
     /** Answers every request again. */
     reset() {
       toLose = 0
+      toSkip = 0
     },
     /** Requests that reached the target with this method and path. */
     count(method: string, path: string) {
