@@ -23,6 +23,7 @@ import {
 } from './execute_answers.ts'
 import { mayHaveLeft, type ExecutionIntents } from './execution_intents.ts'
 import type { AppliedInTransaction, PayoutLedger } from './payout_ledger.ts'
+import { safeError } from '../safe_error.ts'
 
 /** The `flow` of a chunk's intent: its rows may be of any flow each. */
 export const BATCH_FLOW = 'batch'
@@ -457,7 +458,7 @@ export class PayoutBatches {
   /** The rows of a chunk whose attempt threw, by the state the attempt left it in. */
   afterError(intent: ExecutionIntent, error: unknown): BatchRowOutcome[] {
     const code = (error as { code?: string }).code ?? (error as Error).name ?? 'Error'
-    const message = (error as Error).message ?? null
+    const message = safeError(error).message
     // One of its own writes failed: the chunk is left pending, which recovery sends.
     if (error instanceof E_PAYOUTS_EXECUTE_NOT_STORED) {
       return this.#rows(intent, 'unknown', code, message)

@@ -1,4 +1,5 @@
 import { isDeadlineError } from '../time_bounds.ts'
+import { safeError } from '../safe_error.ts'
 import { channels, traced } from '../tracing/channels.ts'
 import { activeTraceParent } from '../tracing/trace_parent.ts'
 import { boundedTransaction } from '../database/deadline.ts'
@@ -410,7 +411,7 @@ export class PayoutExecutor {
       intent.error =
         error instanceof PayoutsApiError || error instanceof PayoutsValidationError
           ? (error.toJSON() as Record<string, unknown>)
-          : { message: (error as Error).message ?? String(error) }
+          : { message: safeError(error).message }
       try {
         await this.#intents.save(intent, 'execute outcome')
       } catch (storeError) {

@@ -21,6 +21,7 @@ import { PayoutsNotifier, type ChannelAuthorizers, type ChannelBroadcaster } fro
 import { TransmitChannels } from './transmit_channels.ts'
 import { webhookSubscriptions } from './webhook_subscriptions.ts'
 import type { PayoutsServiceDeps, ServiceParts } from './wiring.ts'
+import { safeError } from '../safe_error.ts'
 
 export type { ChannelAuthorizers, ChannelBroadcaster } from './notifier.ts'
 export type { PayoutsServiceDeps, ServiceParts } from './wiring.ts'
@@ -298,7 +299,7 @@ export class PayoutsService {
     try {
       parts = await this.#partsOf()
     } catch (error) {
-      this.#deps.logger.error({ err: error }, 'payouts webhook not stored')
+      this.#deps.logger.error({ err: safeError(error) }, 'payouts webhook not stored')
       return ctx.response.status(503).send({ error: 'temporarily unavailable' })
     }
     return parts.receiver.handle(ctx)
