@@ -52,6 +52,23 @@ async function post(
   return { status: response.statusCode, body: await response.body.text() }
 }
 
+/**
+ * Stores `events` as deliveries without the route (so without its kick): a backlog waiting
+ * for the next drain.
+ */
+async function storeBacklog(app: HttpApp, events: Array<{ type: string }>) {
+  const { inbox } = await partsOf(app.payouts)
+  for (const event of events) {
+    await inbox.insert({
+      deliveryId: `dlv_${randomUUID()}`,
+      eventType: event.type,
+      rawBody: Buffer.from(JSON.stringify(event)),
+      signatureHeader: null,
+      source: 'webhook',
+    })
+  }
+}
+
 /** A signed delivery, as the service sends it. */
 function signed(
   raw: Buffer | string,
@@ -95,21 +112,8 @@ test.group(`Webhooks | signed route (${TEST_DB})`, () => {
     cleanup,
   }) => {
     const app = await startHttpApp(cleanup, { webhook: { processBatchSize: 2 } })
-    const { inbox } = await partsOf(app.payouts)
     const events = Array.from({ length: 5 }, () => createdEvent())
-    // Stored without the route's kick, so they wait as one backlog.
-    await Promise.all(
-      events.map((event) => {
-        const raw = JSON.stringify(event)
-        return inbox.insert({
-          deliveryId: `dlv_${randomUUID()}`,
-          eventType: event.type,
-          rawBody: Buffer.from(raw),
-          signatureHeader: null,
-          source: 'webhook',
-        })
-      })
-    )
+    await storeBacklog(app, events)
     const db = await app.app.container.make('lucid.db')
     const statements = recordStatements(db)
     await app.payouts.drainInbox()
@@ -140,18 +144,10 @@ test.group(`Webhooks | signed route (${TEST_DB})`, () => {
     cleanup,
   }) => {
     const app = await startHttpApp(cleanup)
-    const { inbox, processor } = await partsOf(app.payouts)
-    await Promise.all(
-      Array.from({ length: 20 }, () => {
-        const event = createdEvent()
-        return inbox.insert({
-          deliveryId: `dlv_${randomUUID()}`,
-          eventType: event.type,
-          rawBody: Buffer.from(JSON.stringify(event)),
-          signatureHeader: null,
-          source: 'webhook',
-        })
-      })
+    const { processor } = await partsOf(app.payouts)
+    await storeBacklog(
+      app,
+      Array.from({ length: 20 }, () => createdEvent())
     )
     const db = await app.app.container.make('lucid.db')
     const statements = recordStatements(db)
@@ -248,17 +244,11 @@ test.group(`Webhooks | signed route (${TEST_DB})`, () => {
     const app = await startHttpApp(cleanup, { webhook: { inlineSliceMs: 5 } })
     const emitter = await app.app.container.make('emitter')
     emitter.on('payouts:created', () => new Promise((resolve) => setTimeout(resolve, 10)))
-    const { inbox, processor } = await partsOf(app.payouts)
-    for (let i = 0; i < 40; i++) {
-      const event = createdEvent()
-      await inbox.insert({
-        deliveryId: `dlv_${randomUUID()}`,
-        eventType: event.type,
-        rawBody: Buffer.from(JSON.stringify(event)),
-        signatureHeader: null,
-        source: 'webhook',
-      })
-    }
+    const { processor } = await partsOf(app.payouts)
+    await storeBacklog(
+      app,
+      Array.from({ length: 40 }, () => createdEvent())
+    )
     const db = await app.app.container.make('lucid.db')
     const statements = recordStatements(db)
     processor.kick()
