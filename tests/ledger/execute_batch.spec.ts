@@ -391,7 +391,7 @@ test.group(`Ledger | executeBatch (${TEST_DB})`, () => {
     const sqlite = (connectionConfig('batch').connection as { filename?: string }).filename
     const child = spawn(
       process.execPath,
-      ['--import=@poppinss/ts-exec', 'tests/ledger/fixtures/batch_crash_child.ts'],
+      ['--import=@poppinss/ts-exec', 'tests/ledger/fixtures/crash_child.ts'],
       {
         env: {
           ...process.env,
