@@ -127,12 +127,14 @@ export class E_PAYOUTS_EXECUTE_NOT_STORED extends Exception {
 
   constructor(
     what: string,
-    details: { outcomeUnknown: boolean; intentId: number | null; cause: unknown }
+    details: { outcomeUnknown: boolean; intentId: number | null; cause?: unknown }
   ) {
     super(
       // The cause's kind only: a database error's message holds its statement's values (the
       // key, the request, the service's answer with its banking instructions).
-      `Payouts execute could not store ${what} (${safeError(details.cause).message}); ${
+      `Payouts execute could not store ${what}${
+        details.cause === undefined ? '' : ` (${safeError(details.cause).message})`
+      }; ${
         details.outcomeUnknown
           ? 'the request may have reached the service: recovery finishes it with the same key'
           : 'nothing was sent'

@@ -234,6 +234,37 @@ export class ExecutionIntents {
   }
 
   /**
+   * Counts an attempt before its request is sent, only if the intent is still in the state
+   * and at the attempt it was read with (a conditional UPDATE, bounded). False: another caller
+   * moved it meanwhile (another process counted its own attempt and is sending it, or a
+   * stopped batch refused it as not sent), and this one must not send it.
+   */
+  async countAttempt(intent: ExecutionIntent, at: DateTime): Promise<boolean> {
+    const changed = await this.write('execute attempt', async (trx) =>
+      affectedRows(
+        await trx
+          .from(ExecutionIntent.table)
+          .where('account', this.options.account)
+          .where('id', intent.id)
+          .where('state', intent.state)
+          .where('attempts', intent.attempts)
+          .update({
+            attempts: intent.attempts + 1,
+            last_attempt_at: dbDate(trx, at),
+            updated_at: dbDate(trx, this.options.now()),
+          })
+      )
+    )
+    if (changed !== 1) return false
+    intent.attempts += 1
+    intent.lastAttemptAt = at
+    // As stored: a later save() of the model writes only what changes after this.
+    intent.$original.attempts = intent.attempts
+    intent.$original.lastAttemptAt = at
+    return true
+  }
+
+  /**
    * Moves an intent to a new state only if it is still in the state and at the attempt it
    * was read with (a conditional UPDATE, bounded): a caller that moved it meanwhile wins.
    */

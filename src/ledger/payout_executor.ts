@@ -386,12 +386,11 @@ export class PayoutExecutor {
     // A pending intent with attempts was left by a crash that may have come after sending.
     const sentBefore = counted ? intent.attempts > 1 : intent.attempts > 0
     const leftBefore = !counted && mayHaveLeft(intent)
-    if (!counted) {
-      intent.attempts += 1
-      intent.lastAttemptAt = this.#options.now()
-    }
+    // Claimed, not just saved: a plain save beside another caller's (a recovery job, a second
+    // call with the key, a stopped batch refusing the chunk) could send what it settled.
+    let claimed = true
     try {
-      if (!counted) await this.#intents.save(intent, 'execute attempt')
+      if (!counted) claimed = await this.#intents.countAttempt(intent, this.#options.now())
     } catch (error) {
       // Not sent by this call. But an earlier attempt may have been, and a write given up at
       // its deadline may still have committed (its answer lost): then the intent holds an
@@ -403,17 +402,27 @@ export class PayoutExecutor {
         cause: error,
       })
     }
+    if (!claimed) {
+      // Another caller holds this attempt: what it sends is under the same key.
+      throw new E_PAYOUTS_EXECUTE_NOT_STORED('its attempt: another caller is sending it', {
+        outcomeUnknown: true,
+        intentId: intent.id,
+      })
+    }
     let answer: Answer
     try {
       answer = await call()
     } catch (error) {
-      intent.state = stateAfter(error, sentBefore)
-      intent.error =
+      const failure =
         error instanceof PayoutsApiError || error instanceof PayoutsValidationError
           ? (error.toJSON() as Record<string, unknown>)
           : { message: safeError(error).message }
       try {
-        await this.#intents.save(intent, 'execute outcome')
+        // Only over the attempt it counted: a caller that settled the intent since wins.
+        await this.#intents.transition(intent, {
+          state: stateAfter(error, sentBefore),
+          error: failure,
+        })
       } catch (storeError) {
         // The intent stays pending with its attempt counted: recovery sends it again with
         // its key, so the caller must not send it under another one.

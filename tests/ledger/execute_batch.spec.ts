@@ -442,3 +442,85 @@ test.group(`Ledger | executeBatch (${TEST_DB})`, () => {
     assert.isTrue(found?.complete)
   }).timeout(60_000)
 })
+
+test.group(`Ledger | executeBatch beside another caller (${TEST_DB})`, () => {
+  const waitFor = async (done: () => boolean) => {
+    while (!done()) await new Promise((resolve) => setTimeout(resolve, 5))
+  }
+
+  test('a chunk another caller refused as not sent is not sent by a stale copy; a chunk being sent is never refused', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, client, emu, executor, rows, sent } = await setup(cleanup, {
+      retry: { maxRetries: 0 },
+    })
+    const other = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
+    emu.admin.setFaults({ processingDelayMs: 400 })
+    const first = executor.executeBatch(rows(200), { idempotencyKey: 'stale-batch-key' })
+    await waitFor(() => sent().length >= 1)
+    // A second process, same key and rows: its chunk 0 meets the first's in flight (409),
+    // it stops and refuses chunk 1, which the first has not counted yet.
+    const second = await other.executeBatch(rows(200), { idempotencyKey: 'stale-batch-key' })
+    assert.equal(second.counts.not_sent, 100)
+    const done = await first
+    emu.admin.setFaults({})
+    const chunk1 = await ExecutionIntent.findByOrFail('idempotencyKey', 'stale-batch-key-c1')
+    assert.deepEqual(
+      [chunk1.state, chunk1.attempts],
+      ['refused', 0],
+      'refused before any attempt: and so never sent'
+    )
+    assert.lengthOf(
+      sent().filter((request) => request.idempotencyKey === 'stale-batch-key-c1'),
+      0,
+      'the first process did not send what the second refused'
+    )
+    assert.equal(done.counts.created, 100)
+    assert.lengthOf(emu.admin.payouts(), 100)
+  }).timeout(60_000)
+
+  test('a process that dies after its chunk was answered: the same key and rows past the window pay nothing twice', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, ledger, client, emu, rows, sent } = await setup(cleanup, {
+      retry: { maxRetries: 0 },
+    })
+    // The first process never comes back once the service answered its chunk 1.
+    const dying = {
+      execute: client.execute.bind(client),
+      executeBatch: async (...args: Parameters<typeof client.executeBatch>) => {
+        const answer = await client.executeBatch(...args)
+        if (args[1]?.idempotencyKey?.endsWith('-c1')) await new Promise(() => {})
+        return answer
+      },
+    } as unknown as typeof client
+    const first = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client: dying })
+    const second = new PayoutExecutor({ db, ledger: new PayoutLedger(db), client })
+    emu.admin.setFaults({ processingDelayMs: 400 })
+    void first.executeBatch(rows(200), { idempotencyKey: 'crash-stale-key' })
+    await waitFor(() => sent().length >= 1)
+    await second.executeBatch(rows(200), { idempotencyKey: 'crash-stale-key' })
+    await waitFor(() => emu.admin.payouts().length >= 100)
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    emu.admin.setFaults({})
+    await second.recover({ olderThanMs: 0 })
+    // A day and an hour later the app runs the same call again (the documented resume).
+    await emu.admin.advance(25 * 3_600_000)
+    const late = new PayoutExecutor({
+      db,
+      ledger,
+      client,
+      now: () => DateTime.now().plus({ hours: 25 }),
+    })
+    await late.executeBatch(rows(200), { idempotencyKey: 'crash-stale-key' })
+    const keys = sent().map((request) => request.idempotencyKey)
+    assert.isAtMost(
+      keys.filter((key) => key === 'crash-stale-key-c1').length,
+      1,
+      `chunk 1 sent at most once: ${keys.join(', ')}`
+    )
+    assert.isAtMost(emu.admin.payouts().length, 200, 'no row paid twice at the service')
+  }).timeout(60_000)
+})
