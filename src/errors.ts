@@ -1,6 +1,6 @@
 import { createError, Exception } from '@adonisjs/core/exceptions'
 import { DEFAULT_ACCOUNT } from './constants.ts'
-import { safeError } from './safe_error.ts'
+import { safeCause, safeError } from './safe_error.ts'
 
 /**
  * Errors raised by the AdonisJS side of the plugin. API errors live in
@@ -139,12 +139,22 @@ export class E_PAYOUTS_EXECUTE_NOT_STORED extends Exception {
           ? 'the request may have reached the service: recovery finishes it with the same key'
           : 'nothing was sent'
       }`,
-      { cause: details.cause }
+      { cause: safeCause(details.cause) }
     )
     this.outcomeUnknown = details.outcomeUnknown
     this.intentId = details.intentId
   }
 }
+
+/**
+ * A read of the ledger failed at the database (`payouts.findBatch`, a batch's lookup of its
+ * chunks). Named by the database's code alone: the failed statement holds idempotency keys.
+ */
+export const E_PAYOUTS_LEDGER_UNREADABLE = createError<[string, string]>(
+  'Payouts could not read %s (%s)',
+  'E_PAYOUTS_LEDGER_UNREADABLE',
+  503
+)
 
 /** `payouts.use(name)` or `--account name` for an account `config/payouts.ts` does not have. */
 export const E_UNKNOWN_PAYOUTS_ACCOUNT = createError<[string, string]>(

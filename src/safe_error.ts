@@ -52,3 +52,14 @@ export function safeError(error: unknown): SafeError {
     ...(typeof fields.stack === 'string' ? { stack: fields.stack } : {}),
   }
 }
+
+/**
+ * What an error of the plugin may carry as its `cause`: the error itself, or for a database
+ * error one that says only its class and code (a logger prints a cause's message and stack
+ * with the error's).
+ */
+export function safeCause(error: unknown): unknown {
+  if (!isDatabaseError(error)) return error
+  const safe = safeError(error)
+  return Object.assign(new Error(safe.message), { name: safe.type, code: safe.code })
+}

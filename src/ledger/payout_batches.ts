@@ -5,7 +5,11 @@ import { PayoutsApiError, PayoutsConfigError, PayoutsValidationError } from '../
 import type { PayoutsClient } from '../client/payouts_client.ts'
 import type { BatchRow } from '../client/types.ts'
 import { validateExecuteInput } from '../client/validation.ts'
-import { E_PAYOUTS_EXECUTE_NOT_STORED, E_PAYOUTS_IDEMPOTENCY_KEY_REUSED } from '../errors.ts'
+import {
+  E_PAYOUTS_EXECUTE_NOT_STORED,
+  E_PAYOUTS_IDEMPOTENCY_KEY_REUSED,
+  E_PAYOUTS_LEDGER_UNREADABLE,
+} from '../errors.ts'
 import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
 import PayoutModel from '../models/payout.ts'
 import type Payout from '../models/payout.ts'
@@ -23,7 +27,7 @@ import {
 } from './execute_answers.ts'
 import { mayHaveLeft, type ExecutionIntents } from './execution_intents.ts'
 import type { AppliedInTransaction, PayoutLedger } from './payout_ledger.ts'
-import { safeError } from '../safe_error.ts'
+import { safeCause, safeError } from '../safe_error.ts'
 
 /** The `flow` of a chunk's intent: its rows may be of any flow each. */
 export const BATCH_FLOW = 'batch'
@@ -283,7 +287,14 @@ export class PayoutBatches {
   async write(plan: BatchPlan): Promise<ExecutionIntent[]> {
     const { intents } = this.options
     const keys = plan.chunks.map((chunk) => chunk.key)
-    let found = await intents.findByKeys(keys)
+    let found = await intents.findByKeys(keys).catch((error: unknown) => {
+      // Nothing was sent by this call; the statement's message holds the chunks' keys.
+      throw new E_PAYOUTS_EXECUTE_NOT_STORED('its intents (they could not be read)', {
+        outcomeUnknown: false,
+        intentId: null,
+        cause: error,
+      })
+    })
     this.#compare(plan, found)
     const missing = plan.chunks.filter((chunk) => !found.has(chunk.key))
     if (missing.length > 0) {
@@ -483,7 +494,14 @@ export class PayoutBatches {
    * (null when no chunk of it is stored). Nothing is sent.
    */
   async find(batchKey: string): Promise<ExecutedBatch | null> {
-    const stored = await this.options.intents.findByKeyPrefix(`${batchKey}-c`, BATCH_FLOW)
+    const stored = await this.options.intents
+      .findByKeyPrefix(`${batchKey}-c`, BATCH_FLOW)
+      .catch((error: unknown) => {
+        // The statement's message holds the batch's key.
+        throw new E_PAYOUTS_LEDGER_UNREADABLE(['a batch', safeError(error).message], {
+          cause: safeCause(error),
+        })
+      })
     const chunks = stored.filter((intent) => batchKeyOf(intent.idempotencyKey) === batchKey)
     if (chunks.length === 0) return null
     chunks.sort((a, b) => metaOf(a).chunk - metaOf(b).chunk)

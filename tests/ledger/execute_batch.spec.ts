@@ -524,3 +524,40 @@ test.group(`Ledger | executeBatch beside another caller (${TEST_DB})`, () => {
     assert.isAtMost(emu.admin.payouts().length, 200, 'no row paid twice at the service')
   }).timeout(60_000)
 })
+
+test.group(`Ledger | executeBatch and the database's errors (${TEST_DB})`, () => {
+  test('a database error of executeBatch or findBatch names no key, in the message or its causes', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix, executor, rows } = await setup(cleanup)
+    const table = `${prefix}execution_intents`
+    await db.connection().rawQuery(`ALTER TABLE ${table} RENAME TO ${table}_gone`)
+    cleanup(async () => {
+      await db.connection().rawQuery(`ALTER TABLE ${table}_gone RENAME TO ${table}`)
+    })
+    const failures = [
+      await executor.executeBatch(rows(2), { idempotencyKey: 'secret-batch-key-42' }).then(
+        () => null,
+        (error: Error) => error
+      ),
+      await executor.findBatch('secret-batch-key-42').then(
+        () => null,
+        (error: Error) => error
+      ),
+    ]
+    assert.deepEqual(
+      failures.map((error) => (error as { code?: string } | null)?.code),
+      ['E_PAYOUTS_EXECUTE_NOT_STORED', 'E_PAYOUTS_LEDGER_UNREADABLE']
+    )
+    for (const error of failures) {
+      // What a logger prints: the message and stack of the error and of each cause.
+      let printed = ''
+      for (let at: unknown = error; at; at = (at as { cause?: unknown }).cause) {
+        printed += `${(at as Error).message}\n${(at as Error).stack}\n`
+      }
+      assert.include(printed, 'database error')
+      assert.notInclude(printed, 'secret-batch-key-42')
+    }
+  })
+})
