@@ -92,24 +92,36 @@ export class IntentsDesk {
    * is what the webhooks and reconciliation brought here, checked at the service.
    */
   async candidates(intent: ExecutionIntent): Promise<PayoutCandidate[]> {
-    const body = intent.requestBody ?? {}
-    if (typeof body.recipientId !== 'string') return []
+    const body = (intent.requestBody ?? {}) as Record<string, unknown>
+    // A batch's chunk: each of its rows is matched as a single execute's body is.
+    const items = Array.isArray(body.items)
+      ? (body.items as Array<Record<string, unknown>>)
+      : [body]
     const from = intent.createdAt.minus({ minutes: 5 })
     const until = (intent.lastAttemptAt ?? intent.createdAt).plus({ hours: 24 })
-    const payouts = await Payout.query({ connection: this.connection })
-      .where('account', this.account)
-      .where('recipient_id', body.recipientId)
-      .orderBy('id', 'desc')
-      .limit(CANDIDATES_SCANNED)
-    const matching = payouts.filter(
-      (payout) =>
-        payout.sourceAmount !== null &&
-        Number(payout.sourceAmount) === Number(body.amount) &&
-        (payout.sourceCurrency ?? body.fromCurrency) === body.fromCurrency &&
-        (payout.payoutCurrency ?? body.toCurrency) === body.toCurrency &&
-        payout.createdAt >= from &&
-        payout.createdAt <= until
-    )
+    const matching: Payout[] = []
+    const seen = new Set<string>()
+    for (const item of items) {
+      if (typeof item.recipientId !== 'string') continue
+      const payouts = await Payout.query({ connection: this.connection })
+        .where('account', this.account)
+        .where('recipient_id', item.recipientId)
+        .orderBy('id', 'desc')
+        .limit(CANDIDATES_SCANNED)
+      for (const payout of payouts) {
+        const matches =
+          payout.sourceAmount !== null &&
+          Number(payout.sourceAmount) === Number(item.amount) &&
+          (payout.sourceCurrency ?? item.fromCurrency) === item.fromCurrency &&
+          (payout.payoutCurrency ?? item.toCurrency) === item.toCurrency &&
+          payout.createdAt >= from &&
+          payout.createdAt <= until
+        if (matches && !seen.has(payout.payoutUuid)) {
+          seen.add(payout.payoutUuid)
+          matching.push(payout)
+        }
+      }
+    }
     if (matching.length === 0) return []
     // A payout another intent holds is that intent's, not this one's.
     const held = await this.#intents()

@@ -561,3 +561,47 @@ test.group(`Ledger | executeBatch and the database's errors (${TEST_DB})`, () =>
     }
   })
 })
+
+test.group(`Ledger | a batch chunk at the operator's desk (${TEST_DB})`, () => {
+  test('a needs_attention chunk lists the ledger payouts that match its rows', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, ledger, client, emu, proxy, executor, rows } = await setup(cleanup, {
+      retry: { maxRetries: 0 },
+    })
+    proxy.loseNext(1)
+    await executor.executeBatch(rows(3), { idempotencyKey: 'desk-batch-key' })
+    assert.lengthOf(emu.admin.payouts(), 3, 'the chunk whose answer was lost was made')
+    // The webhooks (or reconciliation) bring the service's payouts into the ledger.
+    await ledger.applyBatch(
+      emu.admin.payouts().map((payout) => ({
+        payoutId: payout.payoutId,
+        status: 'pending' as const,
+        step: 'initiated',
+        source: 'webhook' as const,
+        fields: {
+          recipientId: payout.recipientId,
+          sourceAmount: String(payout.sourceAmount),
+          sourceCurrency: payout.sourceCurrency,
+          payoutCurrency: payout.payoutCurrency,
+        } as never,
+      }))
+    )
+    // Past the window (the margin before it), recovery flags it for a person.
+    const late = new PayoutExecutor({
+      db,
+      ledger,
+      client,
+      now: () => DateTime.now().plus({ hours: 23, minutes: 30 }),
+    })
+    await late.recover({ olderThanMs: 0 })
+    const [view] = await new IntentsDesk(late).list(['needs_attention'], 10)
+    assert.equal(view.state, 'needs_attention')
+    assert.sameMembers(
+      (view.candidates ?? []).map((candidate) => candidate.payoutUuid),
+      emu.admin.payouts().map((payout) => payout.payoutId),
+      'each row of the chunk has its candidate: an empty list would point to --as=not-sent'
+    )
+  }).timeout(60_000)
+})
