@@ -507,7 +507,10 @@ export class PayoutBatches {
     chunks.sort((a, b) => metaOf(a).chunk - metaOf(b).chunk)
     const rows: BatchRowOutcome[] = []
     for (const intent of chunks) rows.push(...(await this.read(intent)))
-    return summarize(batchKey, rows, chunks)
+    const batch = summarize(batchKey, rows, chunks)
+    // A chunk the pruner removed (refused, never sent) is no longer here to count.
+    if (chunks.length < metaOf(chunks[0]).chunks) batch.complete = false
+    return batch
   }
 
   #now() {

@@ -5,6 +5,8 @@ import { PayoutsValidationError } from '../../src/client/main.ts'
 import { E_PAYOUTS_IDEMPOTENCY_KEY_REUSED } from '../../src/errors.ts'
 import { PayoutExecutor, type ExecutedBatch } from '../../src/ledger/payout_executor.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
+import { Pruner } from '../../src/ledger/pruning.ts'
+import { tableNames } from '../../src/database/schema.ts'
 import type { PayoutChange } from '../../src/ledger/vocabulary.ts'
 import { ExecutionIntent, Payout } from '../../src/models/main.ts'
 import { IntentsDesk } from '../../src/service/intents_desk.ts'
@@ -603,5 +605,33 @@ test.group(`Ledger | a batch chunk at the operator's desk (${TEST_DB})`, () => {
       emu.admin.payouts().map((payout) => payout.payoutId),
       'each row of the chunk has its candidate: an empty list would point to --as=not-sent'
     )
+  }).timeout(60_000)
+})
+
+test.group(`Ledger | findBatch after pruning (${TEST_DB})`, () => {
+  test('a batch whose unsent chunks the pruner removed is not complete', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix, client, executor, rows } = await setup(cleanup)
+    const controller = new AbortController()
+    client.on('request', () => controller.abort())
+    const batch = await executor.executeBatch(rows(250), {
+      idempotencyKey: 'pruned-batch',
+      signal: controller.signal,
+    })
+    assert.deepEqual([batch.counts.created, batch.counts.not_sent], [100, 150])
+    await new Pruner({
+      db,
+      tables: tableNames(prefix),
+      processedDeliveriesDays: 30,
+      finishedIntentsHours: 48,
+      batchSize: 500,
+      statementTimeoutMs: 30_000,
+      now: () => new Date(Date.now() + 49 * 3_600_000),
+    }).prune()
+    const found = await executor.findBatch('pruned-batch')
+    assert.equal(found?.counts.created, 100, 'the chunk that paid is kept')
+    assert.isFalse(found?.complete, '150 rows were never paid')
   }).timeout(60_000)
 })
