@@ -1,0 +1,382 @@
+import { spawn } from 'node:child_process'
+import { randomBytes, randomUUID } from 'node:crypto'
+import { once } from 'node:events'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
+import { test } from '@japa/runner'
+import PayoutsBatch from '../../commands/payouts_batch.ts'
+import { readBatchFile } from '../../src/commands/batch_file.ts'
+import type { PayoutsEmulator } from '../../src/emulator/main.ts'
+import { startEmulator } from '../emulator/helpers.ts'
+import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { startHttpApp } from '../helpers/http_app.ts'
+import { startRecordingProxy } from '../helpers/recording_proxy.ts'
+import { scratchApp } from '../helpers/scratch_app.ts'
+import { jsonOf } from './helpers.ts'
+
+const REPO = fileURLToPath(new URL('../../', import.meta.url))
+const BATCH = '/rfq/execute-batch'
+const HEADER = 'recipientId,amount,fromCurrency,toCurrency,userPaymentMethodId,reference'
+
+/** A CSV of `count` valid rows for the emulator's seeded recipient, 10 to 14 USD each. */
+function csvOf(emu: PayoutsEmulator, count: number, tag = 'friday') {
+  const recipient = emu.admin.seedRecipient()
+  const method = emu.admin.accountPaymentMethodId
+  const lines = Array.from(
+    { length: count },
+    (_, i) => `${recipient.id},${10 + (i % 5)},USD,MXN,${method},${tag}/${i}`
+  )
+  return `${HEADER}\n${lines.join('\n')}\n`
+}
+
+/** Writes `text` to a file in a fresh folder; answers its path. */
+async function fileOf(cleanup: (fn: () => Promise<void>) => void, text: string) {
+  const folder = await mkdtemp(join(tmpdir(), 'svc-payouts-batch-'))
+  cleanup(() => rm(folder, { recursive: true, force: true }))
+  const path = join(folder, 'payouts.csv')
+  await writeFile(path, text)
+  return path
+}
+
+/**
+ * The emulator behind a recording proxy, and a real host app whose plugin talks to the
+ * proxy: `sent()` is every execute-batch request that went over the wire.
+ */
+async function setup(cleanup: (fn: () => Promise<void>) => void) {
+  const emu = await startEmulator(cleanup, { rateLimits: false })
+  const proxy = await startRecordingProxy(cleanup, emu.baseUrl)
+  const app = await startHttpApp(cleanup, {
+    apiKey: emu.apiKey,
+    baseUrl: proxy.baseUrl,
+    clientRateLimiter: false,
+  })
+  const ace = await app.app.container.make('ace')
+  ace.ui.switchMode('raw')
+  const run = async (argv: string[]) => {
+    const command = await ace.create(PayoutsBatch, argv)
+    await command.exec()
+    return command
+  }
+  const db = await app.app.container.make('lucid.db')
+  const ledgerPayouts = async () =>
+    Number((await db.from(`${app.prefix}payouts`).count('* as n'))[0].n)
+  const sent = () => proxy.requests.filter((r) => r.method === 'POST' && r.path === BATCH)
+  return { emu, app, run, sent, ledgerPayouts }
+}
+
+test.group(`payouts:batch (${TEST_DB})`, (group) => {
+  group.each.timeout(90_000)
+
+  test('a 250-row file: 250 payouts in 3 requests; the same file again sends nothing', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, run, sent, ledgerPayouts } = await setup(cleanup)
+    const text = csvOf(emu, 250)
+    const file = await fileOf(cleanup, text)
+    const first = await run([file])
+    first.assertSucceeded()
+    first.assertLogMatches(/every row created or refused/)
+    assert.lengthOf(emu.admin.payouts(), 250)
+    assert.equal(await ledgerPayouts(), 250)
+    assert.lengthOf(sent(), 3)
+    const { key } = readBatchFile(text)
+    assert.deepEqual(
+      sent().map((r) => r.idempotencyKey),
+      [`${key}-c0`, `${key}-c1`, `${key}-c2`],
+      "the key is the rows' hash"
+    )
+
+    const again = await run([file])
+    again.assertSucceeded()
+    assert.lengthOf(sent(), 3, 'nothing sent again: answered from the ledger')
+    again.assertLogMatches(/was complete before this run: nothing sent/)
+    assert.lengthOf(emu.admin.payouts(), 250)
+    assert.lengthOf(emu.admin.batches(), 3)
+    assert.equal(await ledgerPayouts(), 250)
+  })
+
+  test('a file with bad lines is refused whole, every bad line named, nothing sent', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, run, sent } = await setup(cleanup)
+    const recipient = emu.admin.seedRecipient().id
+    const method = emu.admin.accountPaymentMethodId
+    const file = await fileOf(
+      cleanup,
+      [
+        HEADER,
+        `${recipient},10,USD,MXN,${method},ok/1`,
+        `${recipient},10,US$,MXN,${method},bad-currency`,
+        `${recipient},,USD,MXN,${method},missing-amount`,
+        `${recipient},10,USD,MXN,${method},stray"quote`,
+        `${recipient},10,USD,MXN,${method},ok/2`,
+        `not-a-uuid,10,USD,MXN,${method},bad-recipient`,
+        `${recipient},ten,USD,MXN,${method},bad-amount`,
+      ].join('\n')
+    )
+    const command = await run([file])
+    command.assertFailed()
+    command.assertLogMatches(/line 3: fromCurrency: "US\$" is not a currency code/)
+    command.assertLogMatches(/line 4: amount is missing/)
+    command.assertLogMatches(/line 5: Invalid Opening Quote/)
+    command.assertLogMatches(/line 7: recipientId:/)
+    command.assertLogMatches(/line 8: amount: "ten" is not an amount/)
+    command.assertLogMatches(/5 problem\(s\), nothing sent/)
+    assert.lengthOf(sent(), 0)
+    assert.lengthOf(emu.admin.payouts(), 0)
+
+    const columns = await fileOf(cleanup, `${HEADER},iban\n${recipient},10,USD,MXN,${method},x,y\n`)
+    const unknown = await run([columns, '--json'])
+    unknown.assertFailed()
+    const { problems } = jsonOf(unknown).error
+    assert.lengthOf(problems, 1)
+    assert.equal(problems[0].line, 1)
+    assert.match(problems[0].message, /unknown column "iban"/)
+    const badKey = await run([file, '--key=a b'])
+    badKey.assertFailed()
+    badKey.assertLogMatches(/--key must be 8 to 240 characters/)
+    assert.lengthOf(sent(), 0)
+  })
+
+  test('--dry-run prints totals per currency and sends nothing', async ({ assert, cleanup }) => {
+    const { emu, run, sent, ledgerPayouts } = await setup(cleanup)
+    const file = await fileOf(cleanup, csvOf(emu, 250))
+    const command = await run([file, '--dry-run'])
+    command.assertSucceeded()
+    command.assertLogMatches(/dry run: nothing sent/)
+    // 50 rows each of 10, 11, 12, 13, 14: 3,000 USD.
+    command.assertLogMatches(/3000/)
+    assert.lengthOf(sent(), 0)
+    assert.lengthOf(emu.admin.payouts(), 0)
+    assert.equal(await ledgerPayouts(), 0)
+    const json = jsonOf(await run([file, '--dry-run', '--json']))
+    assert.deepEqual(json.totals, [{ currency: 'USD', rows: 250, amount: '3000' }])
+    assert.isTrue(json.dryRun)
+    assert.lengthOf(sent(), 0)
+  })
+
+  test('--json: every row with its line and outcome; a refused row keeps its code', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, run } = await setup(cleanup)
+    const method = emu.admin.accountPaymentMethodId
+    // An unknown recipient: valid in the file, refused by the service.
+    const text = `${csvOf(emu, 3, 'json')}${randomUUID()},10,USD,MXN,${method},json/unknown\n`
+    const file = await fileOf(cleanup, text)
+    const command = await run([file, '--json', '--owner=tenant-7'])
+    command.assertSucceeded()
+    const result = jsonOf(command)
+    assert.containsSubset(result, {
+      file,
+      key: readBatchFile(text).key,
+      dryRun: false,
+      interrupted: false,
+      complete: true,
+      alreadyComplete: false,
+      counts: { created: 3, refused: 1, unknown: 0, not_sent: 0, failed: 0, needs_attention: 0 },
+      totals: [{ currency: 'USD', rows: 4, amount: '43' }],
+    })
+    assert.match(result.key, /^csv-[0-9a-f]{32}$/)
+    assert.deepInclude(result.rows[0], { line: 2, reference: 'json/0', outcome: 'created' })
+    assert.isString(result.rows[0].payoutId)
+    assert.deepInclude(result.rows[3], {
+      line: 5,
+      reference: 'json/unknown',
+      outcome: 'refused',
+      code: 'INVALID_PARAMETER',
+    })
+    assert.deepEqual(
+      [...new Set(emu.admin.payouts().map((p) => p.idempotencyKey ?? p.batchKey))],
+      [`${result.key}-c0`]
+    )
+  })
+
+  test('the key follows the rows, not the file layout', async ({ assert }) => {
+    const id = randomUUID()
+    const method = randomUUID()
+    const a = readBatchFile(`${HEADER}\n${id},10,USD,MXN,${method},r/1\n`)
+    const b = readBatchFile(
+      `reference,user_payment_method_id,to_currency,from_currency,amount,recipient_id\r\n` +
+        `"r/1", ${method} ,MXN,USD,10.0,${id}\r\n\r\n`
+    )
+    assert.deepEqual([a.problems, b.problems], [[], []])
+    assert.equal(a.key, b.key)
+    assert.notEqual(a.key, readBatchFile(`${HEADER}\n${id},11,USD,MXN,${method},r/1\n`).key)
+  })
+})
+
+test.group(`payouts:batch | killed and run again (${TEST_DB})`, (group) => {
+  group.each.timeout(120_000)
+
+  test('SIGKILL while a chunk is held, then the same command: exactly 250 payouts', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'batchcmd')
+    const emu = await startEmulator(cleanup, { rateLimits: false })
+    const file = await fileOf(cleanup, csvOf(emu, 250))
+    const root = await scratchApp(cleanup, 'batch', appFiles())
+    const options = {
+      prefix,
+      connection: connectionConfig('batchcmd'),
+      baseUrl: emu.baseUrl,
+      apiKey: emu.apiKey,
+    }
+    const intents = async () =>
+      Number((await db.from(`${prefix}execution_intents`).count('* as n'))[0].n)
+
+    // The service holds the first chunk long enough for the test to kill the command.
+    emu.admin.setFaults({ processingDelayMs: 1500 })
+    const first = startCommand(cleanup, root, options, [file])
+    const started = Date.now()
+    while ((await intents()) < 3 || emu.state.idempotency.size === 0) {
+      if (Date.now() - started > 30_000) throw new Error(`never sent: ${first.output()}`)
+      if (first.child.exitCode !== null) throw new Error(`exited early: ${first.output()}`)
+      await new Promise((resolve) => setTimeout(resolve, 20))
+    }
+    first.child.kill('SIGKILL')
+    await first.exited
+    assert.equal(first.child.signalCode, 'SIGKILL')
+    assert.notInclude(first.output(), 'every row created or refused')
+    await new Promise((resolve) => setTimeout(resolve, 1700))
+    emu.admin.setFaults({})
+
+    const second = startCommand(cleanup, root, options, [file])
+    assert.equal(await second.exited, 0, second.output())
+    assert.include(second.output(), 'every row created or refused')
+    assert.lengthOf(emu.admin.payouts(), 250)
+    assert.lengthOf(emu.admin.batches(), 3, 'the held chunk was made once, then answered again')
+    const local = await db.from(`${prefix}payouts`).count('* as n')
+    assert.equal(Number(local[0].n), 250)
+  })
+})
+
+test.group(`payouts:batch | Ctrl-C (${TEST_DB})`, (group) => {
+  group.each.timeout(120_000)
+
+  test('SIGINT stops before the next chunk, says how to resume; the same command sends the rest', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'batchint')
+    const emu = await startEmulator(cleanup, { rateLimits: false })
+    const file = await fileOf(cleanup, csvOf(emu, 250))
+    const root = await scratchApp(cleanup, 'batchint', appFiles())
+    const options = {
+      prefix,
+      connection: connectionConfig('batchint'),
+      baseUrl: emu.baseUrl,
+      apiKey: emu.apiKey,
+    }
+    emu.admin.setFaults({ processingDelayMs: 1000 })
+    const first = startCommand(cleanup, root, options, [file])
+    const started = Date.now()
+    while (emu.state.idempotency.size === 0) {
+      if (Date.now() - started > 30_000) throw new Error(`never sent: ${first.output()}`)
+      if (first.child.exitCode !== null) throw new Error(`exited early: ${first.output()}`)
+      await new Promise((resolve) => setTimeout(resolve, 20))
+    }
+    first.child.kill('SIGINT')
+    assert.equal(await first.exited, 1, first.output())
+    assert.include(first.output(), 'Interrupted')
+    assert.include(first.output(), 'run the same command again')
+    assert.match(first.output(), /not_sent ABORTED.*150 row\(s\), lines 102-251/)
+    assert.lengthOf(emu.admin.payouts(), 100, 'the chunk in flight finished, no other was sent')
+    emu.admin.setFaults({})
+
+    const second = startCommand(cleanup, root, options, [file])
+    assert.equal(await second.exited, 0, second.output())
+    assert.lengthOf(emu.admin.payouts(), 250)
+    assert.lengthOf(emu.admin.batches(), 3)
+    const local = await db.from(`${prefix}payouts`).count('* as n')
+    assert.equal(Number(local[0].n), 250)
+  })
+})
+
+const href = (path: string) => pathToFileURL(join(REPO, path)).href
+
+/** An app shaped like configure's output, with `payouts:batch` and the test's database. */
+function appFiles(): Record<string, string> {
+  return {
+    'adonisrc.ts': `import { defineConfig } from '@adonisjs/core/app'
+
+export default defineConfig({
+  commands: [() => import('./payouts_commands.ts')],
+  providers: [
+    () => import('@adonisjs/core/providers/app_provider'),
+    () => import('@adonisjs/lucid/database_provider'),
+    () => import('${href('providers/payouts_provider.ts')}'),
+  ],
+})
+`,
+    'payouts_commands.ts': `import { ListLoader } from '@adonisjs/core/ace'
+import PayoutsBatch from '${href('commands/payouts_batch.ts')}'
+
+const loader = new ListLoader([PayoutsBatch])
+export const getMetaData = () => loader.getMetaData()
+export const getCommand = (metaData: any) => loader.getCommand(metaData)
+`,
+    'start/env.ts': `import { Env } from '@adonisjs/core/env'
+
+export default await Env.create(new URL('../', import.meta.url), {
+  NODE_ENV: Env.schema.enum(['development', 'production', 'test'] as const),
+  APP_KEY: Env.schema.string(),
+})
+`,
+    'config/database.ts': `import { defineConfig } from '@adonisjs/lucid'
+
+const { connection } = JSON.parse(process.env.BATCH_TEST!)
+export default defineConfig({ connection: 'main', connections: { main: connection } })
+`,
+    'config/payouts.ts': `import { defineConfig } from '${href('index.ts')}'
+
+const { prefix, baseUrl, apiKey } = JSON.parse(process.env.BATCH_TEST!)
+export default defineConfig({
+  apiKey,
+  baseUrl,
+  clientRateLimiter: false,
+  jobs: { enabled: false },
+  ledger: { tablePrefix: prefix },
+})
+`,
+  }
+}
+
+/** `node ace payouts:batch ...args` in the scratch app; `exited` resolves its exit code. */
+function startCommand(
+  cleanup: (fn: () => Promise<void>) => void,
+  root: string,
+  options: object,
+  args: string[]
+) {
+  const child = spawn(
+    process.execPath,
+    ['--import=@poppinss/ts-exec', 'bin/console.ts', 'payouts:batch', ...args],
+    {
+      cwd: root,
+      env: {
+        ...process.env,
+        NODE_ENV: 'development',
+        APP_KEY: randomBytes(32).toString('base64url'),
+        BATCH_TEST: JSON.stringify(options),
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }
+  )
+  let output = ''
+  for (const stream of [child.stdout!, child.stderr!]) {
+    stream.setEncoding('utf8')
+    stream.on('data', (chunk) => (output += chunk))
+  }
+  const exited = once(child, 'exit').then(([code]) => code as number | null)
+  cleanup(async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+    await exited
+  })
+  return { child, output: () => output, exited }
+}
