@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises'
 import { args, flags } from '@adonisjs/core/ace'
 import { PayoutsCommand } from '../src/commands/payouts_command.ts'
 import type { BatchFile, FileProblem } from '../src/commands/batch_file.ts'
+import type { BatchProgress } from '../src/ledger/payout_batches.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
 
 /** A row of the file and what became of it (`--json`'s `rows`). */
@@ -95,10 +96,20 @@ export default class PayoutsBatch extends PayoutsCommand<Result> {
     process.once('SIGINT', interrupt)
     try {
       const before = await payouts.findBatch(key)
+      // A progress line on a terminal only: a file or a pipe gets the summary alone.
+      const tty = !this.json && process.stdout.isTTY === true
       const batch = await payouts.executeBatch(
         rows.map((row) => row.input),
-        { idempotencyKey: key, ownerId: this.owner ?? null, signal: controller.signal }
+        {
+          idempotencyKey: key,
+          ownerId: this.owner ?? null,
+          signal: controller.signal,
+          ...(tty && {
+            onChunk: (progress) => process.stdout.write(`\r${progressLine(progress)}`),
+          }),
+        }
       )
+      if (tty) process.stdout.write('\n')
       return {
         ...base,
         dryRun: false,
@@ -190,6 +201,19 @@ function unfinishedOf(rows: RowResult[]) {
     groups.set(what, [...(groups.get(what) ?? []), row.line])
   }
   return groups
+}
+
+/**
+ * One progress line: `chunk 3/10  300/1000 rows  298 created  2 refused  512 rows/s`, and the
+ * rows that are neither when there are any.
+ */
+function progressLine({ chunk, chunks, rows, done, counts, elapsedMs }: BatchProgress) {
+  const rate = elapsedMs > 0 ? Math.round((done * 1000) / elapsedMs) : 0
+  const other = done - counts.created - counts.refused
+  return (
+    `chunk ${chunk + 1}/${chunks}  ${done}/${rows} rows  ${counts.created} created  ` +
+    `${counts.refused} refused${other > 0 ? `  ${other} other` : ''}  ${rate} rows/s`
+  )
 }
 
 /** Sorted line numbers as spans: `2-101, 105`. */

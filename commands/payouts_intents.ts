@@ -1,21 +1,31 @@
 import { flags } from '@adonisjs/core/ace'
 import { MAX_INT32, PayoutsCommand } from '../src/commands/payouts_command.ts'
-import type { IntentView } from '../src/service/intents_desk.ts'
+import type { BatchView, IntentView } from '../src/service/intents_desk.ts'
 import type { IntentState } from '../src/models/execution_intent.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
 
 const STATES = ['pending', 'unknown', 'needs_attention', 'refused', 'failed', 'succeeded']
 const RESOLUTIONS = ['sent', 'not-sent'] as const
 
+type Result = IntentView[] | IntentView | BatchView
+
 /**
  * Execution intents for an operator: the ones whose outcome is unknown, that wait for a
  * human or were refused; `--resolve` records a human's check, `--retry` re-sends one with
- * its original key inside the service's replay window.
+ * its original key inside the service's replay window; `--batch <key>` lists a batch's chunks.
  */
-export default class PayoutsIntents extends PayoutsCommand<IntentView[] | IntentView> {
+export default class PayoutsIntents extends PayoutsCommand<Result> {
   static commandName = 'payouts:intents'
   static description =
-    'List execution intents (unknown, needs attention, refused); --resolve <id> --as=sent|not-sent records a check, --retry <id> re-sends with the original key'
+    "List execution intents (unknown, needs attention, refused); --resolve <id> --as=sent|not-sent records a check, --retry <id> re-sends with the original key, --batch <key> lists a batch's chunks (state, rows, created, refused)"
+
+  static help = [
+    'A batch (payouts.executeBatch, node ace payouts:batch) is one intent per chunk of up to 100 rows:',
+    '  {{ binaryName }} payouts:intents --batch csv-3f1c9a0e5b7d2c4a8e6f1b3d5a7c9e0f',
+    "lists its chunks from the ledger alone (no request): each chunk's intent id, state, attempts,",
+    'rows, and how many were created, refused, or are still open. Exit code 1 when no chunk of the',
+    'key is stored. With --json: {"key","complete","counts","chunks":[{"chunk","intentId","state",...}]}.',
+  ]
 
   @flags.array({ description: `States to list (default: unknown, needs_attention, refused)` })
   declare state?: string[]
@@ -32,11 +42,26 @@ export default class PayoutsIntents extends PayoutsCommand<IntentView[] | Intent
   @flags.string({ description: 'Intent id to re-send with its original Idempotency-Key' })
   declare retry?: string
 
+  @flags.string({
+    description: "A batch's key: list its chunks (state, rows, created, refused) from the ledger",
+  })
+  declare batch?: string
+
   protected failure = 'Could not list intents'
 
   protected async accepted() {
     if (this.resolve !== undefined && this.retry !== undefined) {
       return this.refuse('Give --resolve or --retry, not both')
+    }
+    if (this.batch !== undefined) {
+      if (this.resolve !== undefined || this.retry !== undefined || this.state !== undefined) {
+        return this.refuse(
+          '--batch lists one batch: give it alone (then --retry or --resolve a chunk by its id)'
+        )
+      }
+      if (!/^[\w-]{1,240}$/.test(this.batch)) {
+        return this.refuse(`--batch takes a batch key (A-Z a-z 0-9 _ -), not "${this.batch}"`)
+      }
     }
     for (const [flag, value] of [
       ['--resolve', this.resolve],
@@ -57,7 +82,19 @@ export default class PayoutsIntents extends PayoutsCommand<IntentView[] | Intent
     return this.acceptListing(this.state, STATES, this.limit)
   }
 
-  protected async perform(payouts: PayoutsService) {
+  protected async perform(payouts: PayoutsService): Promise<Result> {
+    if (this.batch !== undefined) {
+      this.failure = 'Could not list the batch'
+      const batch = await payouts.findBatch(this.batch)
+      if (!batch) {
+        throw new Error(
+          `No batch with key "${this.batch}" in the ledger${this.account ? ` of account ${this.account}` : ''}: ` +
+            'none of its chunks is stored (never sent under this key, or pruned)'
+        )
+      }
+      const { batchViewOf } = await import('../src/service/intents_desk.ts')
+      return batchViewOf(batch)
+    }
     if (this.resolve !== undefined) {
       this.failure = 'Resolve failed'
       return payouts.intents.resolve(Number(this.resolve), this.as as 'sent' | 'not-sent')
@@ -72,7 +109,8 @@ export default class PayoutsIntents extends PayoutsCommand<IntentView[] | Intent
     })
   }
 
-  protected print(result: IntentView[] | IntentView) {
+  protected print(result: Result) {
+    if (!Array.isArray(result) && 'chunks' in result) return this.#printBatch(result)
     if (!Array.isArray(result)) {
       const outcome = result.payoutUuid ? ` (payout ${result.payoutUuid})` : ''
       this.logger.success(`Intent ${result.id} is now ${result.state}${outcome}`)
@@ -106,5 +144,39 @@ export default class PayoutsIntents extends PayoutsCommand<IntentView[] | Intent
         `Intent ${intent.id}: ${found.length ? `ledger payouts that match: ${found.join(', ')}` : 'no ledger payout matches it'}`
       )
     }
+  }
+
+  #printBatch(batch: BatchView) {
+    const table = this.ui.table()
+    table.head([
+      'Chunk',
+      'Intent',
+      'State',
+      'Rows',
+      'Created',
+      'Refused',
+      'Open',
+      'Attempts',
+      'Note',
+    ])
+    for (const chunk of batch.chunks) {
+      table.row([
+        `${chunk.chunk + 1}`,
+        String(chunk.intentId),
+        chunk.state,
+        String(chunk.rows),
+        String(chunk.created),
+        String(chunk.refused),
+        String(chunk.open),
+        String(chunk.attempts),
+        chunk.note ?? '',
+      ])
+    }
+    table.render()
+    const { created, refused } = batch.counts
+    const open = batch.chunks.reduce((sum, chunk) => sum + chunk.open, 0)
+    const summary = `Batch ${batch.key}: ${batch.chunks.length} chunk(s) stored, ${created} created, ${refused} refused, ${open} open`
+    if (batch.complete) this.logger.success(`${summary}: complete`)
+    else this.logger.warning(`${summary}: not complete (run it again, or see the chunks above)`)
   }
 }

@@ -52,6 +52,26 @@ export interface BatchOptions {
    * (`not_sent`), and the same key and rows again send them. A chunk in flight finishes.
    */
   signal?: AbortSignal
+  /**
+   * Called after each chunk (answered from the ledger, sent, or refused as not sent) with the
+   * counts so far: a progress line. Not awaited; what it throws is ignored (a progress display
+   * never stops a batch).
+   */
+  onChunk?: (progress: BatchProgress) => void
+}
+
+/** What `onChunk` is told after each chunk of a batch. */
+export interface BatchProgress {
+  /** The chunk just finished, from 0, and the batch's number of chunks. */
+  chunk: number
+  chunks: number
+  /** The batch's rows, and how many have an outcome so far. */
+  rows: number
+  done: number
+  /** The outcomes so far (rows not reached yet are in none). */
+  counts: Record<BatchOutcomeName, number>
+  /** Since `executeBatch` was called. */
+  elapsedMs: number
 }
 
 /**
@@ -177,6 +197,9 @@ export function planBatch(rows: unknown, options: BatchOptions = {}): BatchPlan 
         `must be at most ${MAX_BATCH_KEY_LENGTH} characters for a batch (its chunks add -c<n>)`
       )
     }
+  }
+  if (options.onChunk !== undefined && typeof options.onChunk !== 'function') {
+    throw new PayoutsValidationError('onChunk', 'must be a function')
   }
   const ownerId = options.ownerId ?? null
   if (ownerId !== null && typeof ownerId !== 'string') {

@@ -51,6 +51,7 @@ export { mayHaveLeft, type RecoverySummary } from './execution_intents.ts'
 export type {
   BatchOptions,
   BatchOutcomeName,
+  BatchProgress,
   BatchRowOutcome,
   ExecutedBatch,
 } from './payout_batches.ts'
@@ -264,11 +265,28 @@ export class PayoutExecutor {
    * (E_PAYOUTS_EXECUTE_NOT_STORED).
    */
   async executeBatch(rows: ExecuteInput[], options: BatchOptions = {}): Promise<ExecutedBatch> {
+    const started = Date.now()
     const plan = planBatch(rows, options)
     const intents = await this.#batches.write(plan)
     // Held as being sent until the call ends: this process's recovery leaves them alone.
     return this.#intents.holding(intents, async () => {
       const outcomes: BatchRowOutcome[] = []
+      const progress = (chunk: number) => {
+        if (!options.onChunk) return
+        const { counts } = summarize(plan.key, outcomes, intents)
+        const done = outcomes.length
+        const elapsedMs = Date.now() - started
+        try {
+          options.onChunk({
+            chunk,
+            chunks: intents.length,
+            rows: rows.length,
+            done,
+            counts,
+            elapsedMs,
+          })
+        } catch {}
+      }
       let stop: { code: string; message: string } | null = null
       for (const [chunk, intent] of intents.entries()) {
         if (!stop && options.signal?.aborted) {
@@ -276,11 +294,13 @@ export class PayoutExecutor {
         }
         if (stop) {
           outcomes.push(...(await this.#batches.notSent(intent, stop)))
+          progress(chunk)
           continue
         }
         const answered = await this.#batches.answered(intent)
         if (answered) {
           outcomes.push(...answered)
+          progress(chunk)
           continue
         }
         try {
@@ -293,6 +313,7 @@ export class PayoutExecutor {
             message: `not sent: the batch stopped at chunk ${chunk} (${code})`,
           }
         }
+        progress(chunk)
       }
       return summarize(plan.key, outcomes, intents)
     })

@@ -1,4 +1,5 @@
 import { DateTime } from 'luxon'
+import type { ExecutedBatch } from '../ledger/payout_batches.ts'
 import type { PayoutExecutor } from '../ledger/payout_executor.ts'
 import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
 import Payout from '../models/payout.ts'
@@ -209,4 +210,55 @@ export class IntentsDesk {
       retryable: UNSETTLED.includes(intent.state) && this.executor.insideWindow(intent),
     }
   }
+}
+
+/** One chunk of a batch as `payouts:intents --batch` shows it (never its key). */
+export interface BatchChunkView {
+  /** The chunk's place in its batch, from 0. */
+  chunk: number
+  /** Its intent's id (for `--retry` or `--resolve`). */
+  intentId: number
+  state: IntentState
+  attempts: number
+  /** Its rows, and what became of them: made, refused by the service, neither yet. */
+  rows: number
+  created: number
+  refused: number
+  open: number
+  /** The last error's message, or the operator's resolution. */
+  note: string | null
+}
+
+/** A batch as `payouts:intents --batch <key>` shows it: its chunks, from the ledger alone. */
+export interface BatchView {
+  key: string
+  complete: boolean
+  chunks: BatchChunkView[]
+  counts: ExecutedBatch['counts']
+}
+
+/** What `findBatch` answered, per chunk: its intent's state and its rows' outcomes. */
+export function batchViewOf(batch: ExecutedBatch): BatchView {
+  const chunks = batch.intents.map((intent): BatchChunkView => {
+    const body = intent.requestBody as { batch: { chunk: number }; items: unknown[] }
+    const meta = { chunk: body.batch.chunk, rows: body.items.length }
+    const rows = batch.rows.filter((row) => row.chunk === meta.chunk)
+    const created = rows.filter((row) => row.outcome === 'created').length
+    const refused = rows.filter((row) => row.outcome === 'refused').length
+    const error = intent.error as { message?: string; resolution?: { as: string } } | null
+    return {
+      chunk: meta.chunk,
+      intentId: intent.id,
+      state: intent.state,
+      attempts: intent.attempts,
+      rows: meta.rows,
+      created,
+      refused,
+      open: meta.rows - created - refused,
+      note: error?.resolution
+        ? `resolved by an operator as ${error.resolution.as}`
+        : (error?.message ?? null),
+    }
+  })
+  return { key: batch.idempotencyKey, complete: batch.complete, chunks, counts: batch.counts }
 }

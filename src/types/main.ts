@@ -24,6 +24,7 @@ export type {
 export type {
   BatchOptions,
   BatchOutcomeName,
+  BatchProgress,
   BatchRowOutcome,
   ExecutedBatch,
 } from '../ledger/payout_batches.ts'

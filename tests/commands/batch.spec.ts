@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process'
 import { randomBytes, randomUUID } from 'node:crypto'
 import { once } from 'node:events'
-import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
@@ -20,15 +20,51 @@ const REPO = fileURLToPath(new URL('../../', import.meta.url))
 const BATCH = '/rfq/execute-batch'
 const HEADER = 'recipientId,amount,fromCurrency,toCurrency,userPaymentMethodId,reference'
 
-/** A CSV of `count` valid rows for the emulator's seeded recipient, 10 to 14 USD each. */
-function csvOf(emu: PayoutsEmulator, count: number, tag = 'friday') {
+/**
+ * A CSV of `count` valid rows for the emulator's seeded recipient, 10 to 14 USD each; the rows
+ * in `unknown` name a well-formed recipient id the emulator does not know (refused by it).
+ */
+function csvOf(emu: PayoutsEmulator, count: number, tag = 'friday', unknown = new Set<number>()) {
   const recipient = emu.admin.seedRecipient()
   const method = emu.admin.accountPaymentMethodId
   const lines = Array.from(
     { length: count },
-    (_, i) => `${recipient.id},${10 + (i % 5)},USD,MXN,${method},${tag}/${i}`
+    (_, i) =>
+      `${unknown.has(i) ? unknownRecipient(i) : recipient.id},${10 + (i % 5)},USD,MXN,${method},${tag}/${i}`
   )
   return `${HEADER}\n${lines.join('\n')}\n`
+}
+
+/** A well-formed recipient id the emulator does not know. */
+const unknownRecipient = (index: number) =>
+  `00000000-0000-4000-8000-${String(index).padStart(12, '0')}`
+
+/**
+ * A seeded pseudo-random source (mulberry32): the seed is `BATCH_SEED` when set, else a fresh
+ * one, printed so a failing run can be replayed.
+ */
+function seeded(what: string) {
+  const given = process.env.BATCH_SEED
+  const seed = given ? Number(given) : Math.floor(Math.random() * 2 ** 31)
+  console.log(`${what}: seed ${seed} (BATCH_SEED=${seed} replays it)`)
+  let state = seed >>> 0
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0
+    let t = state
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+/** The payouts:created events heard, and whether each payout's was heard once. */
+function createdOnce(events: Array<{ name: string; eventKey?: string; payoutId?: string }>) {
+  const created = events.filter((event) => event.name === 'payouts:created')
+  return {
+    count: created.length,
+    payouts: new Set(created.map((event) => event.payoutId)).size,
+    keys: new Set(created.map((event) => event.eventKey)).size,
+  }
 }
 
 /** Writes `text` to a file in a fresh folder; answers its path. */
@@ -44,13 +80,17 @@ async function fileOf(cleanup: (fn: () => Promise<void>) => void, text: string) 
  * The emulator behind a recording proxy, and a real host app whose plugin talks to the
  * proxy: `sent()` is every execute-batch request that went over the wire.
  */
-async function setup(cleanup: (fn: () => Promise<void>) => void) {
+async function setup(
+  cleanup: (fn: () => Promise<void>) => void,
+  payouts: Parameters<typeof startHttpApp>[1] = {}
+) {
   const emu = await startEmulator(cleanup, { rateLimits: false })
   const proxy = await startRecordingProxy(cleanup, emu.baseUrl)
   const app = await startHttpApp(cleanup, {
     apiKey: emu.apiKey,
     baseUrl: proxy.baseUrl,
     clientRateLimiter: false,
+    ...payouts,
   })
   const ace = await app.app.container.make('ace')
   ace.ui.switchMode('raw')
@@ -63,7 +103,54 @@ async function setup(cleanup: (fn: () => Promise<void>) => void) {
   const ledgerPayouts = async () =>
     Number((await db.from(`${app.prefix}payouts`).count('* as n'))[0].n)
   const sent = () => proxy.requests.filter((r) => r.method === 'POST' && r.path === BATCH)
-  return { emu, app, run, sent, ledgerPayouts }
+  const created = () =>
+    createdOnce(app.events.map(({ name, data }) => ({ name, ...(data as object) })))
+  return { emu, app, proxy, run, sent, ledgerPayouts, created }
+}
+
+/**
+ * The emulator (behind a recording proxy that holds or loses execute-batch answers), a scratch
+ * app on its own database whose `payouts:batch` runs as a child process (`start`), a file of
+ * `rows` rows, and what the ledger holds.
+ */
+async function childSetup(
+  cleanup: (fn: () => Promise<void>) => void,
+  name: string,
+  rows: number,
+  proxied = false
+) {
+  const { db, prefix } = await setupDatabase(cleanup, name)
+  const emu = await startEmulator(cleanup, { rateLimits: false })
+  const proxy = await startRecordingProxy(cleanup, emu.baseUrl, BATCH)
+  const text = csvOf(emu, rows)
+  const file = await fileOf(cleanup, text)
+  const root = await scratchApp(cleanup, name, appFiles())
+  const eventsFile = join(root, 'events.ndjson')
+  const options = {
+    prefix,
+    connection: connectionConfig(name),
+    baseUrl: proxied ? proxy.baseUrl : emu.baseUrl,
+    apiKey: emu.apiKey,
+    eventsFile,
+  }
+  const count = async (table: string) =>
+    Number((await db.from(`${prefix}${table}`).count('* as n'))[0].n)
+  const events = async () =>
+    (await readFile(eventsFile, 'utf8').catch(() => ''))
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => JSON.parse(line))
+  return {
+    db,
+    prefix,
+    emu,
+    proxy,
+    file,
+    text,
+    count,
+    events,
+    start: (args: string[] = []) => startCommand(cleanup, root, options, [file, ...args]),
+  }
 }
 
 test.group(`payouts:batch (${TEST_DB})`, (group) => {
@@ -196,6 +283,108 @@ test.group(`payouts:batch (${TEST_DB})`, (group) => {
     )
   })
 
+  test('1,000 rows, the answer of one chunk lost (the service made it), then again: exactly 1,000 payouts', async ({
+    assert,
+    cleanup,
+  }) => {
+    const random = seeded('payouts:batch lost answer')
+    // No client retries: the lost answer is the command's to recover, not the client's.
+    const { emu, proxy, run, sent, ledgerPayouts, created } = await setup(cleanup, {
+      retry: { maxRetries: 0 },
+    })
+    const file = await fileOf(cleanup, csvOf(emu, 1000))
+    const lost = Math.floor(random() * 10)
+    console.log(`  the answer of chunk ${lost} lost`)
+    proxy.loseNext(1, lost)
+    const first = await run([file, '--json'])
+    first.assertFailed()
+    // The batch stops at the lost chunk (unknown): the later ones are not sent.
+    assert.containsSubset(jsonOf(first), {
+      complete: false,
+      counts: { created: lost * 100, unknown: 100, not_sent: 900 - lost * 100 },
+    })
+    assert.lengthOf(emu.admin.batches(), lost + 1, 'the lost chunk was made')
+    assert.equal(await ledgerPayouts(), lost * 100)
+    const before = sent().length
+    assert.equal(before, lost + 1)
+
+    const again = await run([file])
+    again.assertSucceeded()
+    again.assertLogMatches(/every row created or refused/)
+    assert.lengthOf(emu.admin.payouts(), 1000)
+    assert.lengthOf(emu.admin.batches(), 10, 'the lost chunk answered again from its key')
+    assert.equal(await ledgerPayouts(), 1000)
+    assert.deepEqual(created(), { count: 1000, payouts: 1000, keys: 1000 })
+    const resent = sent().slice(before)
+    assert.equal(resent[0].idempotencyKey, sent()[lost].idempotencyKey, 'the same key again')
+    assert.lengthOf(resent, 10 - lost, 'the lost chunk and those not sent, once each')
+  })
+
+  test('1,000 rows, 5 % refused by the service: each named with its code, exit 0, the rest paid once; again sends nothing', async ({
+    assert,
+    cleanup,
+  }) => {
+    const random = seeded('payouts:batch refused rows')
+    const { emu, run, sent, ledgerPayouts, created } = await setup(cleanup)
+    const refused = new Set<number>()
+    while (refused.size < 50) refused.add(Math.floor(random() * 1000))
+    const file = await fileOf(cleanup, csvOf(emu, 1000, 'refused', refused))
+    const command = await run([file])
+    command.assertSucceeded()
+    command.assertLogMatches(/every row created or refused/)
+    for (const index of refused) {
+      // Line 1 is the header: row i is on line i + 2.
+      command.assertLogMatches(new RegExp(`line ${index + 2}: refused INVALID_PARAMETER`))
+    }
+    const named = command.logger.getLogs().filter((log) => /^line \d+: refused /.test(log.message))
+    assert.lengthOf(named, 50, 'only the refused rows are named')
+    assert.lengthOf(emu.admin.payouts(), 950)
+    assert.equal(await ledgerPayouts(), 950)
+    assert.deepEqual(created(), { count: 950, payouts: 950, keys: 950 })
+    assert.lengthOf(sent(), 10)
+
+    const again = await run([file, '--json'])
+    again.assertSucceeded()
+    const result = jsonOf(again)
+    assert.containsSubset(result, {
+      alreadyComplete: true,
+      complete: true,
+      counts: { created: 950, refused: 50 },
+    })
+    assert.lengthOf(sent(), 10, 'nothing sent again, the refused rows neither')
+    assert.lengthOf(emu.admin.payouts(), 950)
+    assert.equal(await ledgerPayouts(), 950)
+    assert.deepEqual(created(), { count: 950, payouts: 950, keys: 950 })
+  })
+
+  test('on a terminal, a progress line after each chunk; none with --json', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, run } = await setup(cleanup)
+    const file = await fileOf(cleanup, csvOf(emu, 250, 'tty'))
+    const written: string[] = []
+    const { isTTY } = process.stdout
+    const write = process.stdout.write
+    process.stdout.isTTY = true
+    process.stdout.write = ((text: string) => written.push(String(text)) > 0) as never
+    try {
+      ;(await run([file])).assertSucceeded()
+      const lines = written.join('')
+      assert.match(
+        lines,
+        /\rchunk 1\/3 {2}100\/250 rows {2}100 created {2}0 refused {2}\d+ rows\/s/
+      )
+      assert.match(lines, /\rchunk 3\/3 {2}250\/250 rows {2}250 created {2}0 refused/)
+      written.length = 0
+      ;(await run([file, '--json'])).assertSucceeded()
+      assert.notInclude(written.join(''), 'rows/s')
+    } finally {
+      process.stdout.isTTY = isTTY
+      process.stdout.write = write
+    }
+  })
+
   test('the key follows the rows, not the file layout', async ({ assert }) => {
     const id = randomUUID()
     const method = randomUUID()
@@ -217,24 +406,13 @@ test.group(`payouts:batch | killed and run again (${TEST_DB})`, (group) => {
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'batchcmd')
-    const emu = await startEmulator(cleanup, { rateLimits: false })
-    const file = await fileOf(cleanup, csvOf(emu, 250))
-    const root = await scratchApp(cleanup, 'batch', appFiles())
-    const options = {
-      prefix,
-      connection: connectionConfig('batchcmd'),
-      baseUrl: emu.baseUrl,
-      apiKey: emu.apiKey,
-    }
-    const intents = async () =>
-      Number((await db.from(`${prefix}execution_intents`).count('* as n'))[0].n)
+    const { emu, count, start } = await childSetup(cleanup, 'batchcmd', 250)
 
     // The service holds the first chunk long enough for the test to kill the command.
     emu.admin.setFaults({ processingDelayMs: 1500 })
-    const first = startCommand(cleanup, root, options, [file])
+    const first = start()
     const started = Date.now()
-    while ((await intents()) < 3 || emu.state.idempotency.size === 0) {
+    while ((await count('execution_intents')) < 3 || emu.state.idempotency.size === 0) {
       if (Date.now() - started > 30_000) throw new Error(`never sent: ${first.output()}`)
       if (first.child.exitCode !== null) throw new Error(`exited early: ${first.output()}`)
       await new Promise((resolve) => setTimeout(resolve, 20))
@@ -246,13 +424,49 @@ test.group(`payouts:batch | killed and run again (${TEST_DB})`, (group) => {
     await new Promise((resolve) => setTimeout(resolve, 1700))
     emu.admin.setFaults({})
 
-    const second = startCommand(cleanup, root, options, [file])
+    const second = start()
     assert.equal(await second.exited, 0, second.output())
     assert.include(second.output(), 'every row created or refused')
     assert.lengthOf(emu.admin.payouts(), 250)
     assert.lengthOf(emu.admin.batches(), 3, 'the held chunk was made once, then answered again')
-    const local = await db.from(`${prefix}payouts`).count('* as n')
-    assert.equal(Number(local[0].n), 250)
+    assert.equal(await count('payouts'), 250)
+  })
+
+  test('1,000 rows, SIGKILL after a random number of chunks answered, then again: 1,000 payouts, each payouts:created once', async ({
+    assert,
+    cleanup,
+  }) => {
+    const random = seeded('payouts:batch SIGKILL')
+    const { emu, proxy, count, events, start } = await childSetup(cleanup, 'batchkill', 1000, true)
+    // 0 to 9 of the 10 chunks answered; the next one held before the service sees it, or
+    // made by the service and its answer held: then the command is killed.
+    const answered = Math.floor(random() * 10)
+    const made = random() < 0.5
+    console.log(
+      `  ${answered} chunk(s) answered, the next ${made ? 'made, its answer held' : 'held unsent'}`
+    )
+    const held = proxy.holdNext(answered, made)
+    const first = start()
+    await Promise.race([
+      held,
+      first.exited.then(() => {
+        throw new Error(`exited before the hold: ${first.output()}`)
+      }),
+    ])
+    first.child.kill('SIGKILL')
+    await first.exited
+    assert.equal(first.child.signalCode, 'SIGKILL')
+    assert.lengthOf(emu.admin.payouts(), answered * 100 + (made ? 100 : 0))
+    assert.equal(await count('payouts'), answered * 100, 'the held chunk was never stored')
+
+    const second = start()
+    assert.equal(await second.exited, 0, second.output())
+    assert.include(second.output(), 'every row created or refused')
+    assert.lengthOf(emu.admin.payouts(), 1000)
+    assert.lengthOf(emu.admin.batches(), 10, 'each chunk made once')
+    assert.equal(await count('payouts'), 1000)
+    assert.deepEqual(createdOnce(await events()), { count: 1000, payouts: 1000, keys: 1000 })
+    assert.notInclude(second.output(), 'rows/s', 'no progress line when stdout is not a terminal')
   })
 })
 
@@ -263,18 +477,9 @@ test.group(`payouts:batch | Ctrl-C (${TEST_DB})`, (group) => {
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'batchint')
-    const emu = await startEmulator(cleanup, { rateLimits: false })
-    const file = await fileOf(cleanup, csvOf(emu, 250))
-    const root = await scratchApp(cleanup, 'batchint', appFiles())
-    const options = {
-      prefix,
-      connection: connectionConfig('batchint'),
-      baseUrl: emu.baseUrl,
-      apiKey: emu.apiKey,
-    }
+    const { emu, count, start } = await childSetup(cleanup, 'batchint', 250)
     emu.admin.setFaults({ processingDelayMs: 1000 })
-    const first = startCommand(cleanup, root, options, [file])
+    const first = start()
     const started = Date.now()
     while (emu.state.idempotency.size === 0) {
       if (Date.now() - started > 30_000) throw new Error(`never sent: ${first.output()}`)
@@ -289,12 +494,11 @@ test.group(`payouts:batch | Ctrl-C (${TEST_DB})`, (group) => {
     assert.lengthOf(emu.admin.payouts(), 100, 'the chunk in flight finished, no other was sent')
     emu.admin.setFaults({})
 
-    const second = startCommand(cleanup, root, options, [file])
+    const second = start()
     assert.equal(await second.exited, 0, second.output())
     assert.lengthOf(emu.admin.payouts(), 250)
     assert.lengthOf(emu.admin.batches(), 3)
-    const local = await db.from(`${prefix}payouts`).count('* as n')
-    assert.equal(Number(local[0].n), 250)
+    assert.equal(await count('payouts'), 250)
   })
 })
 
@@ -307,6 +511,7 @@ function appFiles(): Record<string, string> {
 
 export default defineConfig({
   commands: [() => import('./payouts_commands.ts')],
+  preloads: [() => import('./start/events.ts')],
   providers: [
     () => import('@adonisjs/core/providers/app_provider'),
     () => import('@adonisjs/lucid/database_provider'),
@@ -327,6 +532,17 @@ export default await Env.create(new URL('../', import.meta.url), {
   NODE_ENV: Env.schema.enum(['development', 'production', 'test'] as const),
   APP_KEY: Env.schema.string(),
 })
+`,
+    'start/events.ts': `import { appendFileSync } from 'node:fs'
+import emitter from '@adonisjs/core/services/emitter'
+
+const { eventsFile } = JSON.parse(process.env.BATCH_TEST!)
+if (eventsFile) {
+  emitter.on('payouts:created', (event: any) => {
+    const line = { name: 'payouts:created', eventKey: event.eventKey, payoutId: event.payoutId }
+    appendFileSync(eventsFile, JSON.stringify(line) + '\\n')
+  })
+}
 `,
     'config/database.ts': `import { defineConfig } from '@adonisjs/lucid'
 

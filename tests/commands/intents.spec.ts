@@ -68,4 +68,65 @@ test.group(`payouts:intents (${TEST_DB})`, () => {
       bad.assertLogMatches(reason)
     }
   })
+
+  test('--batch <key> lists the chunks of a batch from the ledger; an unknown key exits 1', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { app, run, emu } = await setup(cleanup)
+    const { fiat } = executeBodies(emu)
+    // 150 rows, 2 of chunk 0 naming a recipient the service does not know: it refuses them.
+    const unknown = (index: number) => `00000000-0000-4000-8000-${String(index).padStart(12, '0')}`
+    const rows = Array.from({ length: 150 }, (_, index) => ({
+      ...fiat,
+      amount: 100 + index,
+      ...(index === 3 || index === 40 ? { recipientId: unknown(index) } : {}),
+    }))
+    const key = 'friday-2026-11-27'
+    const batch = await app.payouts.executeBatch(rows, { idempotencyKey: key })
+    assert.isTrue(batch.complete)
+
+    const listed = await run(PayoutsIntents, [`--batch=${key}`, '--json'])
+    listed.assertSucceeded()
+    const view = jsonOf(listed)
+    assert.containsSubset(view, {
+      key,
+      complete: true,
+      counts: { created: 148, refused: 2 },
+      chunks: [
+        { chunk: 0, state: 'succeeded', rows: 100, created: 98, refused: 2, open: 0, attempts: 1 },
+        { chunk: 1, state: 'succeeded', rows: 50, created: 50, refused: 0, open: 0, attempts: 1 },
+      ],
+    })
+    assert.deepEqual(
+      view.chunks.map((chunk: { intentId: number }) => chunk.intentId),
+      batch.intents.map((intent) => intent.id)
+    )
+    assert.notInclude(JSON.stringify(view), `${key}-c0`, "a chunk's key is never shown")
+
+    const human = await run(PayoutsIntents, [`--batch=${key}`])
+    human.assertSucceeded()
+    human.assertLogMatches(
+      /Batch friday-2026-11-27: 2 chunk\(s\) stored, 148 created, 2 refused, 0 open: complete/
+    )
+
+    const missing = await run(PayoutsIntents, ['--batch=no-such-batch'])
+    missing.assertFailed()
+    assert.equal(missing.exitCode, 1)
+    missing.assertLogMatches(
+      /Could not list the batch: No batch with key "no-such-batch" in the ledger: none of its chunks is stored/
+    )
+    const missingJson = await run(PayoutsIntents, ['--batch=no-such-batch', '--json'])
+    missingJson.assertFailed()
+    assert.match(jsonOf(missingJson).error.message, /No batch with key "no-such-batch"/)
+
+    for (const [args, reason] of [
+      [[`--batch=${key}`, '--retry=1'], /--batch lists one batch: give it alone/],
+      [['--batch=a b'], /--batch takes a batch key/],
+    ] as const) {
+      const bad = await run(PayoutsIntents, [...args])
+      bad.assertFailed()
+      bad.assertLogMatches(reason)
+    }
+  })
 })

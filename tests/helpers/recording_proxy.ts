@@ -20,6 +20,7 @@ export async function startRecordingProxy(
   const base = new URL(target)
   let toLose = 0
   let toSkip = 0
+  let hold: { skip: number; forward: boolean; reached: () => void } | null = null
   const server = createServer((req, res) => {
     const chunks: Buffer[] = []
     req.on('data', (chunk) => chunks.push(chunk))
@@ -35,6 +36,17 @@ export async function startRecordingProxy(
       const headers = { ...req.headers }
       delete headers.host
       delete headers.connection
+      let held: (() => void) | null = null
+      if (hold && path.startsWith(losePrefix)) {
+        if (hold.skip > 0) hold.skip--
+        else {
+          const { forward, reached } = hold
+          hold = null
+          // Held before it reaches the target: never forwarded, never answered.
+          if (!forward) return reached()
+          held = reached
+        }
+      }
       try {
         const response = await request(`${base.origin}${req.url}`, {
           method: req.method as 'GET',
@@ -42,6 +54,8 @@ export async function startRecordingProxy(
           body: chunks.length > 0 ? Buffer.concat(chunks) : undefined,
         })
         const body = Buffer.from(await response.body.arrayBuffer())
+        // Held after the target made it: the answer is never sent (the caller waits).
+        if (held) return held()
         if (toLose > 0 && path.startsWith(losePrefix)) {
           if (toSkip > 0) toSkip--
           else {
@@ -77,10 +91,21 @@ export async function startRecordingProxy(
       toLose += count
       toSkip += skip
     },
+    /**
+     * After `skip` more requests to `losePrefix` are answered, the next one is held: never
+     * forwarded (`forward: false`), or forwarded and its answer never sent (`forward: true`,
+     * the target made it). Resolves once it is held (and, forwarded, sent to the target).
+     */
+    holdNext(skip: number, forward: boolean) {
+      return new Promise<void>((reached) => {
+        hold = { skip, forward, reached }
+      })
+    },
     /** Answers every request again. */
     reset() {
       toLose = 0
       toSkip = 0
+      hold = null
     },
     /** Requests that reached the target with this method and path. */
     count(method: string, path: string) {

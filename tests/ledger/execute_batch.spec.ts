@@ -3,7 +3,11 @@ import { test } from '@japa/runner'
 import { DateTime } from 'luxon'
 import { PayoutsValidationError } from '../../src/client/main.ts'
 import { E_PAYOUTS_IDEMPOTENCY_KEY_REUSED } from '../../src/errors.ts'
-import { PayoutExecutor, type ExecutedBatch } from '../../src/ledger/payout_executor.ts'
+import {
+  PayoutExecutor,
+  type BatchOptions,
+  type ExecutedBatch,
+} from '../../src/ledger/payout_executor.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import { Pruner } from '../../src/ledger/pruning.ts'
 import { tableNames } from '../../src/database/schema.ts'
@@ -381,6 +385,61 @@ test.group(`Ledger | executeBatch (${TEST_DB})`, () => {
     assert.isTrue(resumed.complete)
     assert.lengthOf(emu.admin.payouts(), 250)
     assert.equal(createdPerPayout(changes).size, 250)
+  }).timeout(60_000)
+
+  test('onChunk is told after each chunk, sent, answered from the ledger or not sent', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { client, executor, rows, sent } = await setup(cleanup)
+    type Told = Parameters<NonNullable<BatchOptions['onChunk']>>[0]
+    const told: Told[] = []
+    const onChunk = (progress: Told) => void told.push(progress)
+    const controller = new AbortController()
+    // Aborted while chunk 1 is on its way: chunk 2 is not sent, and told so.
+    let requests = 0
+    client.on('request', () => ++requests === 2 && controller.abort())
+    const input = rows(250, [7])
+    const key = 'progress-batch'
+    await executor.executeBatch(input, { idempotencyKey: key, onChunk, signal: controller.signal })
+    const summary = (list: Told[]) =>
+      list.map(({ chunk, chunks, rows: all, done, counts }) => ({
+        chunk,
+        chunks,
+        all,
+        done,
+        created: counts.created,
+        refused: counts.refused,
+        notSent: counts.not_sent,
+      }))
+    assert.deepEqual(summary(told), [
+      { chunk: 0, chunks: 3, all: 250, done: 100, created: 99, refused: 1, notSent: 0 },
+      { chunk: 1, chunks: 3, all: 250, done: 200, created: 199, refused: 1, notSent: 0 },
+      { chunk: 2, chunks: 3, all: 250, done: 250, created: 199, refused: 1, notSent: 50 },
+    ])
+    assert.isTrue(told.every((progress) => progress.elapsedMs >= 0))
+
+    // Again: two chunks answered from the ledger, the last one sent; a throwing callback is
+    // ignored, and the batch still finishes.
+    const again: Told[] = []
+    const resumed = await executor.executeBatch(input, {
+      idempotencyKey: key,
+      onChunk: (progress) => {
+        again.push(progress)
+        throw new Error('a broken progress bar')
+      },
+    })
+    assert.isTrue(resumed.complete)
+    assert.deepEqual(
+      summary(again).map(({ done, created, notSent }) => [done, created, notSent]),
+      [
+        [100, 99, 0],
+        [200, 199, 0],
+        [250, 249, 0],
+      ]
+    )
+    assert.lengthOf(sent(), 3)
+    await assert.rejects(() => executor.executeBatch(input, { onChunk: 'yes' as never }), /onChunk/)
   }).timeout(60_000)
 
   test('crash: a process killed after committing the intents is recovered, nothing twice', async ({
