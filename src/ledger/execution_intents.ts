@@ -240,21 +240,10 @@ export class ExecutionIntents {
    * stopped batch refused it as not sent), and this one must not send it.
    */
   async countAttempt(intent: ExecutionIntent, at: DateTime): Promise<boolean> {
-    const changed = await this.write('execute attempt', async (trx) =>
-      affectedRows(
-        await trx
-          .from(ExecutionIntent.table)
-          .where('account', this.options.account)
-          .where('id', intent.id)
-          .where('state', intent.state)
-          .where('attempts', intent.attempts)
-          .update({
-            attempts: intent.attempts + 1,
-            last_attempt_at: dbDate(trx, at),
-            updated_at: dbDate(trx, this.options.now()),
-          })
-      )
-    )
+    const changed = await this.#guarded(intent, 'execute attempt', (trx) => ({
+      attempts: intent.attempts + 1,
+      last_attempt_at: dbDate(trx, at),
+    }))
     if (changed !== 1) return false
     intent.attempts += 1
     intent.lastAttemptAt = at
@@ -272,7 +261,26 @@ export class ExecutionIntents {
     intent: ExecutionIntent,
     to: { state: IntentState; error?: Record<string, unknown> }
   ): Promise<boolean> {
-    const changed = await this.write(`intent ${to.state}`, async (trx) =>
+    const changed = await this.#guarded(intent, `intent ${to.state}`, () => ({
+      state: to.state,
+      ...(to.error && { error: JSON.stringify(to.error) }),
+    }))
+    if (changed !== 1) return false
+    intent.state = to.state
+    if (to.error) intent.error = to.error
+    return true
+  }
+
+  /**
+   * One conditional UPDATE of the intent, bounded: applied only if it is still in the state
+   * and at the attempt it was read with. The rows it changed (1, or 0 when a caller moved it).
+   */
+  #guarded(
+    intent: ExecutionIntent,
+    what: string,
+    changes: (trx: TransactionClientContract) => Record<string, unknown>
+  ): Promise<number> {
+    return this.write(what, async (trx) =>
       affectedRows(
         await trx
           .from(ExecutionIntent.table)
@@ -280,16 +288,8 @@ export class ExecutionIntents {
           .where('id', intent.id)
           .where('state', intent.state)
           .where('attempts', intent.attempts)
-          .update({
-            state: to.state,
-            ...(to.error && { error: JSON.stringify(to.error) }),
-            updated_at: dbDate(trx, this.options.now()),
-          })
+          .update({ ...changes(trx), updated_at: dbDate(trx, this.options.now()) })
       )
     )
-    if (changed !== 1) return false
-    intent.state = to.state
-    if (to.error) intent.error = to.error
-    return true
   }
 }
