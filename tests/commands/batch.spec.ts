@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { test } from '@japa/runner'
+import { seededRandom } from '../../src/emulator/random.ts'
 import PayoutsBatch from '../../commands/payouts_batch.ts'
 import { readBatchFile } from '../../src/commands/batch_file.ts'
 import type { PayoutsEmulator } from '../../src/emulator/main.ts'
@@ -47,14 +48,7 @@ function seeded(what: string) {
   const given = process.env.BATCH_SEED
   const seed = given ? Number(given) : Math.floor(Math.random() * 2 ** 31)
   console.log(`${what}: seed ${seed} (BATCH_SEED=${seed} replays it)`)
-  let state = seed >>> 0
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0
-    let t = state
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
+  return seededRandom(seed)
 }
 
 /** The payouts:created events heard, and whether each payout's was heard once. */
