@@ -104,6 +104,8 @@ const FIRST_SLICE_ROWS = 8
 export class InboxProcessor {
   #running?: Promise<number>
   #again = false
+  /** A kick scheduled by `kickAfterPoll`, until it runs. */
+  #scheduled?: Promise<void>
   /** The rows of the next slice of an inline drain (see `sliceMs`). */
   #sliceRows: number
   /**
@@ -182,9 +184,31 @@ export class InboxProcessor {
     })
   }
 
-  /** Waits for the drain in progress, if any (tests, shutdown). */
+  /**
+   * `kick()` once the event loop has polled its sockets once more (the route, after its
+   * answer is written: the requests that arrived meanwhile are read first). `idle()` waits
+   * for it, so a caller that drains after an answer never runs beside the drain it starts.
+   */
+  kickAfterPoll(): void {
+    if (this.#scheduled) return
+    this.#scheduled = new Promise<void>((resolve) =>
+      // An immediate set from an immediate runs in the next turn's check phase, after its poll.
+      setImmediate(() =>
+        setImmediate(() => {
+          this.#scheduled = undefined
+          this.kick()
+          resolve()
+        })
+      )
+    )
+  }
+
+  /** Waits for the drain in progress and a kick scheduled, if any (tests, shutdown). */
   async idle(): Promise<void> {
-    while (this.#running) await this.#running.catch(() => {})
+    while (this.#running || this.#scheduled) {
+      await this.#scheduled
+      await this.#running?.catch(() => {})
+    }
   }
 
   /**

@@ -23,7 +23,7 @@ export interface WebhookReceiverOptions {
    * Kicked after a new delivery is stored, so processing starts after the ack (inline
    * mode); null in worker mode, where the worker's loop picks the row up.
    */
-  processor: Pick<InboxProcessor, 'kick' | 'acknowledging'> | null
+  processor: Pick<InboxProcessor, 'kickAfterPoll' | 'acknowledging'> | null
   toleranceSeconds: number
   maxBodyBytes: number
   /**
@@ -75,8 +75,7 @@ export class WebhookReceiver {
     const kick = () => {
       if (kicked) return
       kicked = true
-      // An immediate set from an immediate runs in the next turn's check phase, after its poll.
-      setImmediate(() => setImmediate(() => processor.kick()))
+      processor.kickAfterPoll()
     }
     const socket = response.response
     if (socket.writableFinished || socket.destroyed) return kick()
