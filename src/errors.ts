@@ -156,6 +156,20 @@ export const E_PAYOUTS_LEDGER_UNREADABLE = createError<[string, string]>(
   503
 )
 
+/**
+ * A transaction's COMMIT failed at the database (its connection dropped, reset or given up
+ * at its deadline): it may have been committed before the answer was lost, or not at all.
+ * Lucid's `commit()` resolves and runs its `after('commit')` hooks either way (knex reports
+ * the failure only on the transaction's own promise), so the plugin checks it: the caller
+ * hears this instead of a success, and no change of it is told (the outbox tells the ones
+ * that did commit, later, once). Named by the database's code alone.
+ */
+export const E_PAYOUTS_COMMIT_UNCONFIRMED = createError<[string, string]>(
+  'Payouts %s: the database did not confirm its COMMIT (%s); it may have been committed or not',
+  'E_PAYOUTS_COMMIT_UNCONFIRMED',
+  503
+)
+
 /** `payouts.use(name)` or `--account name` for an account `config/payouts.ts` does not have. */
 export const E_UNKNOWN_PAYOUTS_ACCOUNT = createError<[string, string]>(
   'Unknown payouts account "%s": config/payouts.ts has %s',

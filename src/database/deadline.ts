@@ -1,4 +1,6 @@
 import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
+import { E_PAYOUTS_COMMIT_UNCONFIRMED } from '../errors.ts'
+import { safeCause, safeError } from '../safe_error.ts'
 import { withDeadline } from '../time_bounds.ts'
 import { beginWriting, locksRows, transactionOptions } from './dialects.ts'
 
@@ -26,6 +28,9 @@ export function dropIdleConnections(client: QueryClientContract, reason: Error) 
     (client.getWriteClient() as any)?.client?.pool?.free ?? []
   for (const idle of free) if (idle.resource) idle.resource.__knex__disposed = reason
 }
+
+/** A transaction's work. */
+type Work<T> = (trx: TransactionClientContract) => Promise<T>
 
 /** What `boundedTransaction` runs under. */
 export interface TransactionBound {
@@ -59,19 +64,28 @@ export function boundedTransaction<T>(
   // Already inside a transaction (a host test's global transaction): a savepoint of it, which
   // takes no options and no connection of its own, and is bounded by its outer one.
   if (client.isTransaction) {
-    return client.transaction(async (trx) => {
-      if (!locksRows(trx)) await beginWriting(trx, writes)
-      return work(trx)
-    })
+    return confirmed(what, (run) =>
+      client.transaction(
+        run(async (trx) => {
+          if (!locksRows(trx)) await beginWriting(trx, writes)
+          return work(trx)
+        })
+      )
+    )
   }
   const options = transactionOptions(client)
   if (!locksRows(client)) {
-    return client.transaction(async (trx) => {
-      await beginWriting(trx, writes)
-      return work(trx)
-    }, options)
+    return confirmed(what, (run) =>
+      client.transaction(
+        run(async (trx) => {
+          await beginWriting(trx, writes)
+          return work(trx)
+        }),
+        options
+      )
+    )
   }
-  if (!(ms > 0)) return client.transaction(work, options)
+  if (!(ms > 0)) return confirmed(what, (run) => client.transaction(run(work), options))
   const pool = (client.getWriteClient() as any).client
   let connection: Record<string, unknown> | undefined
   let released = false
@@ -81,12 +95,14 @@ export function boundedTransaction<T>(
     void Promise.resolve(pool.releaseConnection(connection)).catch(() => {})
   }
   let expired: Error | undefined
-  const running = (async () => {
+  const running = (async (): Promise<T> => {
     connection = await pool.acquireConnection()
     // Given up before the pool answered: back to the pool (dropped, see below).
     if (expired) return release() as never
     try {
-      return await client.transaction(work, { ...options, connection } as any)
+      return await confirmed<T>(what, (run) =>
+        client.transaction(run(work), { ...options, connection } as any)
+      )
     } finally {
       release()
     }
@@ -99,4 +115,41 @@ export function boundedTransaction<T>(
     void Promise.resolve(pool.destroyRawConnection(connection)).catch(() => {})
     release()
   })
+}
+
+/**
+ * Settles once the transaction's COMMIT (a savepoint's RELEASE) succeeded; rejects with
+ * `E_PAYOUTS_COMMIT_UNCONFIRMED` when it failed. Lucid's `commit()` resolves, and runs the
+ * transaction's `after('commit')` hooks, even when the COMMIT statement failed (the
+ * connection dropped or given up at its deadline): knex reports that failure only on the
+ * transaction's `executionPromise`. A hook that tells what the transaction wrote waits for
+ * this first.
+ */
+export async function commitConfirmed(trx: TransactionClientContract, what: string) {
+  const execution = (trx.knexClient as { executionPromise?: Promise<unknown> }).executionPromise
+  if (!execution) return
+  await execution.then(
+    () => {},
+    (error) => {
+      const safe = safeError(error)
+      throw new E_PAYOUTS_COMMIT_UNCONFIRMED([what, safe.message], { cause: safeCause(error) })
+    }
+  )
+}
+
+/**
+ * Runs a managed transaction (`transaction(run(work))`) and resolves with its work's result
+ * only once its COMMIT is confirmed (`commitConfirmed`).
+ */
+async function confirmed<T>(
+  what: string,
+  transaction: (run: (work: Work<T>) => Work<T>) => Promise<T>
+): Promise<T> {
+  let opened: TransactionClientContract | undefined
+  const result = await transaction((work) => (trx) => {
+    opened = trx
+    return work(trx)
+  })
+  if (opened) await commitConfirmed(opened, what)
+  return result
 }

@@ -22,6 +22,7 @@ import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts
 import PayoutModel from '../models/payout.ts'
 import type Payout from '../models/payout.ts'
 import {
+  E_PAYOUTS_COMMIT_UNCONFIRMED,
   E_PAYOUTS_EXECUTE_NOT_STORED,
   E_PAYOUTS_IDEMPOTENCY_KEY_REUSED,
   E_PAYOUTS_INTENT_NEEDS_ATTENTION,
@@ -83,10 +84,15 @@ export interface PayoutExecutorOptions {
 
 /**
  * Whether a write that failed may still have committed: one given up at its deadline (ours
- * or the driver's), whose COMMIT may have reached the server with its answer lost.
+ * or the driver's), or whose COMMIT failed, which may have reached the server with its
+ * answer lost.
  */
 function mayHaveCommitted(error: unknown): boolean {
-  return isDeadlineError(error) || (error as Error | undefined)?.name === 'KnexTimeoutError'
+  return (
+    isDeadlineError(error) ||
+    error instanceof E_PAYOUTS_COMMIT_UNCONFIRMED ||
+    (error as Error | undefined)?.name === 'KnexTimeoutError'
+  )
 }
 
 /**

@@ -3,7 +3,7 @@ import type { Logger } from '@adonisjs/core/logger'
 import type { Database } from '@adonisjs/lucid/database'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DEFAULT_ACCOUNT } from '../constants.ts'
-import { boundedTransaction } from '../database/deadline.ts'
+import { boundedTransaction, commitConfirmed } from '../database/deadline.ts'
 import { isDeadlock } from '../database/dialects.ts'
 import debug from '../debug.ts'
 import Payout from '../models/payout.ts'
@@ -168,9 +168,18 @@ export class PayoutLedger {
     return new Promise<void>((resolve) => {
       // Bound to where it was registered (the apply, inside its caller's trace): the changes
       // are told in that context, not in whatever context the COMMIT ends in.
+      // Lucid runs this hook when COMMIT failed too: only a confirmed COMMIT is told. One that
+      // did commit unconfirmed is told by the outbox sweep once its lease ends, once.
       trx.after(
         'commit',
-        AsyncResource.bind(() => resolve(this.#tell(batch)))
+        AsyncResource.bind(() =>
+          resolve(
+            commitConfirmed(trx, 'ledger transaction').then(
+              () => this.#tell(batch),
+              (error) => debug('ledger: changes not told: %s', safeError(error).message)
+            )
+          )
+        )
       )
       trx.after('rollback', () => resolve())
     })

@@ -8,6 +8,9 @@ import type { AddressInfo } from 'node:net'
  *   either direction, and every socket stays open: a NAT or proxy dropping flows silently.
  *   A connection stalled this way is dead for good, as it would be behind a NAT: neither
  *   end ever hears of the other again, even after its peer closes (until `close()`).
+ * - `dropOpen()`: as `stall()`, for the open connections only; new ones are forwarded.
+ * - `resetDropped()`: the dropped connections are reset at last; the others go on.
+ * - `muteAnswers()`: the server's answers on open connections are lost, requests still pass.
  * - `refuse()`: open connections are reset and new ones refused (the server went away).
  * - `heal()`: new connections are forwarded and accepted again.
  */
@@ -77,7 +80,26 @@ export class TcpProxy {
   /** Drops every open connection and every new one silently; the sockets stay open. */
   stall() {
     this.#stalled = true
+    this.dropOpen()
+  }
+
+  /** Drops every open connection silently (the sockets stay open); new ones are forwarded. */
+  dropOpen() {
     for (const pair of this.#pairs) if (!this.#dropped.has(pair)) this.#drop(pair)
+  }
+
+  /** The connections dropped so far are reset at last (a NAT's entry expired); others go on. */
+  resetDropped() {
+    for (const pair of this.#dropped) for (const socket of pair) socket.resetAndDestroy()
+    this.#dropped.clear()
+  }
+
+  /**
+   * From now on the server's answers on the open connections are swallowed; what the client
+   * sends still reaches the server (a COMMIT lands, its answer is lost).
+   */
+  muteAnswers() {
+    for (const [client, upstream] of this.#pairs) upstream.unpipe(client)
   }
 
   /** Resets every open connection and refuses new ones. */
