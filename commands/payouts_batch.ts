@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises'
 import { args, flags } from '@adonisjs/core/ace'
 import { PayoutsCommand } from '../src/commands/payouts_command.ts'
 import type { BatchFile, FileProblem } from '../src/commands/batch_file.ts'
+import type { PairQuote } from '../src/commands/batch_quotes.ts'
 import type { BatchProgress } from '../src/ledger/payout_batches.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
 
@@ -29,6 +30,8 @@ interface Result {
   counts: Record<string, number>
   /** Per source currency: the rows and the sum of their amounts (as a decimal string). */
   totals: Array<{ currency: string; rows: number; amount: string }>
+  /** A dry run's quotes: per (from, to) pair, the best route of one quote for its total. */
+  quotes?: PairQuote[]
   rows: RowResult[]
 }
 
@@ -41,7 +44,10 @@ export default class PayoutsBatch extends PayoutsCommand<Result> {
   @args.string({ description: 'The CSV file (header row; see docs/mass-payouts.md)' })
   declare file: string
 
-  @flags.boolean({ description: 'Check the file and print totals per currency, sending nothing' })
+  @flags.boolean({
+    description:
+      'Check the file, print totals per currency and quote each fiat-to-stablecoin pair, sending nothing',
+  })
   declare dryRun: boolean
 
   @flags.string({ description: "The batch key (the file's content hash otherwise)" })
@@ -75,14 +81,23 @@ export default class PayoutsBatch extends PayoutsCommand<Result> {
   protected async perform(payouts: PayoutsService): Promise<Result> {
     const { rows, key: derived } = this.#read!
     const key = this.key ?? derived
-    const totals = totalsOf(rows.map((row) => row.input))
-    const base = { file: this.file, key, totals, interrupted: false, alreadyComplete: false }
+    const { totalsOf } = await import('../src/commands/batch_file.ts')
+    const inputs = rows.map((row) => row.input)
+    const base = { file: this.file, key, totals: totalsOf(inputs), interrupted: false }
     if (this.dryRun) {
+      const { quotePairs } = await import('../src/commands/batch_quotes.ts')
+      const { client, config } = payouts
+      const quotes = await quotePairs(inputs, (query) => client.quotes.fiatToStablecoin(query), {
+        secrets: [config.apiKey],
+        baseUrl: config.baseUrl,
+      })
       return {
         ...base,
         dryRun: true,
         complete: false,
+        alreadyComplete: false,
         counts: { rows: rows.length },
+        quotes,
         rows: rows.map((row) => ({ ...describe(row), outcome: 'checked' })),
       }
     }
@@ -131,8 +146,10 @@ export default class PayoutsBatch extends PayoutsCommand<Result> {
     }
   }
 
+  /** A batch not complete, or a dry run that could not quote a pair it was to quote. */
   protected failed(result: Result) {
-    return !result.dryRun && !result.complete
+    if (result.dryRun) return result.quotes?.some((quote) => quote.error !== undefined) === true
+    return !result.complete
   }
 
   protected print(result: Result) {
@@ -141,9 +158,11 @@ export default class PayoutsBatch extends PayoutsCommand<Result> {
     for (const total of result.totals) table.row([total.currency, String(total.rows), total.amount])
     table.render()
     if (result.dryRun) {
-      this.logger.info(
-        `${result.rows.length} rows checked, key ${result.key}: dry run: nothing sent`
-      )
+      this.#printQuotes(result.quotes ?? [])
+      const failed = this.failed(result)
+      const message = `${result.rows.length} rows checked, key ${result.key}: dry run: nothing sent`
+      if (failed) this.logger.error(`${message}; a pair could not be quoted`)
+      else this.logger.info(message)
       return
     }
     const summary = this.ui.table()
@@ -178,6 +197,56 @@ export default class PayoutsBatch extends PayoutsCommand<Result> {
       `${result.interrupted ? 'Interrupted. ' : ''}Rows are left to send: run the same command again ` +
         `(${again.join(' ')}); rows already sent are never sent twice`
     )
+  }
+
+  /**
+   * Per pair: the best route's numbers (an estimate: one quote for the pair's total, each row
+   * priced again when it is executed), or why there are none; then each failed quote's pair,
+   * code and message.
+   */
+  #printQuotes(quotes: PairQuote[]) {
+    if (quotes.length === 0) return
+    const table = this.ui.table()
+    table.head([
+      'From',
+      'To',
+      'Rows',
+      'Amount',
+      'Rate',
+      'Eff. rate',
+      'Fee',
+      'Est. to amount',
+      'Routes',
+      'Quote',
+    ])
+    for (const quote of quotes) {
+      const numbers = [
+        quote.rate,
+        quote.effectiveRate,
+        quote.fee,
+        quote.estimatedToAmount,
+        quote.routes,
+      ]
+      table.row([
+        quote.from,
+        quote.to,
+        String(quote.rows),
+        quote.amount,
+        ...numbers.map((value) => (value === null ? '-' : String(value))),
+        quote.quoted ? 'estimate' : quote.error ? `failed ${quote.error.code}` : 'not quoted',
+      ])
+    }
+    table.render()
+    if (quotes.some((quote) => quote.quoted)) {
+      this.logger.info(
+        "Estimates: one quote for each pair's total, best route; each row is priced again when it is executed"
+      )
+    }
+    for (const quote of quotes) {
+      const pair = `${quote.from} -> ${quote.to}`
+      if (quote.error) this.logger.error(`${pair}: ${quote.reason}`)
+      else if (!quote.quoted) this.logger.log(`${pair}: not quoted: ${quote.reason}`)
+    }
   }
 
   /** Every problem on its own line (or one JSON object), then why nothing was sent. */
@@ -231,21 +300,4 @@ function spans(lines: number[]) {
 /** A row's line and reference, as every result row shows them. */
 function describe(row: { line: number; input: Record<string, unknown> }) {
   return { line: row.line, reference: (row.input.reference as string | undefined) ?? null }
-}
-
-/** Rows and amounts per source currency, summed in integer millionths (no float drift). */
-function totalsOf(inputs: Array<Record<string, unknown>>) {
-  const sums = new Map<string, { rows: number; micros: bigint }>()
-  for (const input of inputs) {
-    const currency = String(input.fromCurrency)
-    const sum = sums.get(currency) ?? { rows: 0, micros: 0n }
-    sum.rows += 1
-    sum.micros += BigInt(Math.round(Number(input.amount) * 1_000_000))
-    sums.set(currency, sum)
-  }
-  return [...sums].map(([currency, { rows, micros }]) => {
-    const whole = micros / 1_000_000n
-    const fraction = (micros % 1_000_000n).toString().padStart(6, '0').replace(/0+$/, '')
-    return { currency, rows, amount: fraction ? `${whole}.${fraction}` : `${whole}` }
-  })
 }

@@ -179,3 +179,33 @@ function readRow(
     return null
   }
 }
+
+/** Rows and amounts per source currency, in the order of the file (`--json`'s `totals`). */
+export function totalsOf(
+  inputs: ExecuteInput[]
+): Array<{ currency: string; rows: number; amount: string }> {
+  const amounts = new Map<string, unknown[]>()
+  for (const input of inputs) {
+    const currency = String(input.fromCurrency)
+    const of = amounts.get(currency) ?? []
+    of.push(input.amount)
+    amounts.set(currency, of)
+  }
+  return [...amounts].map(([currency, of]) => ({
+    currency,
+    rows: of.length,
+    amount: amountTotal(of),
+  }))
+}
+
+/**
+ * The sum of amounts as a decimal string (`3000`, `31250.5`), added in integer millionths so
+ * no float drift shows (`0.1 + 0.2` is `0.3`).
+ */
+export function amountTotal(amounts: unknown[]): string {
+  let micros = 0n
+  for (const amount of amounts) micros += BigInt(Math.round(Number(amount) * 1_000_000))
+  const whole = micros / 1_000_000n
+  const fraction = (micros % 1_000_000n).toString().padStart(6, '0').replace(/0+$/, '')
+  return fraction ? `${whole}.${fraction}` : `${whole}`
+}

@@ -10,7 +10,7 @@ import { seededRandom } from '../../src/emulator/random.ts'
 import PayoutsBatch from '../../commands/payouts_batch.ts'
 import { readBatchFile } from '../../src/commands/batch_file.ts'
 import type { PayoutsEmulator } from '../../src/emulator/main.ts'
-import { startEmulator } from '../emulator/helpers.ts'
+import { api, startEmulator } from '../emulator/helpers.ts'
 import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { startHttpApp } from '../helpers/http_app.ts'
 import { startRecordingProxy } from '../helpers/recording_proxy.ts'
@@ -34,6 +34,52 @@ function csvOf(emu: PayoutsEmulator, count: number, tag = 'friday', unknown = ne
       `${unknown.has(i) ? unknownRecipient(i) : recipient.id},${10 + (i % 5)},USD,MXN,${method},${tag}/${i}`
   )
   return `${HEADER}\n${lines.join('\n')}\n`
+}
+
+/** The fiat-to-stablecoin quote endpoint, the one quote endpoint the spec documents. */
+const QUOTES = '/quotes/fiat-to-stablecoin/all'
+const NOT_QUOTABLE = "not quoted: the service's spec shows no quote endpoint for this pair"
+/** A key of the right form the emulator does not know: its quote calls get 401. */
+const WRONG_KEY = `sk_test_${'Q'.repeat(43)}`
+
+/**
+ * A CSV of every flow for the emulator's seeded recipient: `count` rows per (from, to) pair,
+ * 10.25 to 14.25 each (a stablecoin source pays from a wallet, a fiat one from the account's
+ * payment method), and each pair's total as the command writes it.
+ */
+function mixedCsvOf(emu: PayoutsEmulator, pairs: Array<[string, string, number]>) {
+  const recipient = emu.admin.seedRecipient().id
+  const method = emu.admin.accountPaymentMethodId
+  const lines: string[] = []
+  const totals: Record<string, string> = {}
+  for (const [from, to, count] of pairs) {
+    let cents = 0
+    for (let i = 0; i < count; i++) {
+      cents += (10 + (i % 5)) * 100 + 25
+      const source = ['USDC', 'USDT'].includes(from) ? `,${'0x' + '9'.repeat(40)}` : `${method},`
+      lines.push(`${recipient},${10 + (i % 5)}.25,${from},${to},${source},${from}-${to}/${i}`)
+    }
+    totals[`${from}>${to}`] = String(cents / 100)
+  }
+  const header =
+    'recipientId,amount,fromCurrency,toCurrency,userPaymentMethodId,walletAddress,reference'
+  return { text: `${header}\n${lines.join('\n')}\n`, totals }
+}
+
+/** The emulator's own answer to the fiat-to-stablecoin quote of `amount`: its best route. */
+async function emulatorQuote(emu: PayoutsEmulator, from: string, to: string, amount: string) {
+  const query = new URLSearchParams({ fromCurrency: from, toCurrency: to, amount })
+  const { status, json } = await api(emu, 'GET', `${QUOTES}?${query}`)
+  if (status !== 200) throw new Error(`the emulator answered ${status} to the reference quote`)
+  const routes = json as Array<Record<string, number>>
+  const best = routes.reduce((a, b) => (b.toAmount > a.toAmount ? b : a))
+  return {
+    rate: best.exchangeRate,
+    effectiveRate: best.effRate,
+    fee: best.fee,
+    estimatedToAmount: best.toAmount,
+    routes: routes.length,
+  }
 }
 
 /** A well-formed recipient id the emulator does not know. */
@@ -97,9 +143,13 @@ async function setup(
   const ledgerPayouts = async () =>
     Number((await db.from(`${app.prefix}payouts`).count('* as n'))[0].n)
   const sent = () => proxy.requests.filter((r) => r.method === 'POST' && r.path === BATCH)
+  const quoted = () => proxy.requests.filter((r) => r.method === 'GET' && r.path === QUOTES)
+  /** Every request that could make a payout (execute, execute-batch). */
+  const executed = () =>
+    proxy.requests.filter((r) => r.method === 'POST' && r.path.startsWith('/rfq/execute'))
   const created = () =>
     createdOnce(app.events.map(({ name, data }) => ({ name, ...(data as object) })))
-  return { emu, app, proxy, run, sent, ledgerPayouts, created }
+  return { emu, app, proxy, run, sent, quoted, executed, ledgerPayouts, created }
 }
 
 /**
@@ -238,6 +288,195 @@ test.group(`payouts:batch (${TEST_DB})`, (group) => {
     assert.deepEqual(json.totals, [{ currency: 'USD', rows: 250, amount: '3000' }])
     assert.isTrue(json.dryRun)
     assert.lengthOf(sent(), 0)
+  })
+
+  test('--dry-run quotes each fiat-to-stablecoin pair once for its total; other pairs are not quoted; nothing sent', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, run, quoted, executed, ledgerPayouts } = await setup(cleanup)
+    // 1,000 rows, 950 of them onramp: two quote calls, not 950.
+    const { text, totals } = mixedCsvOf(emu, [
+      ['USD', 'USDC', 900],
+      ['USD', 'MXN', 40],
+      ['EUR', 'USDT', 50],
+      ['USDC', 'MXN', 10],
+    ])
+    const file = await fileOf(cleanup, text)
+    const command = await run([file, '--dry-run'])
+    command.assertSucceeded()
+    assert.lengthOf(quoted(), 2, 'one quote call per onramp pair, none per row')
+    assert.lengthOf(executed(), 0)
+    assert.lengthOf(emu.admin.payouts(), 0)
+    assert.equal(await ledgerPayouts(), 0)
+
+    const logs = command.logger
+      .getLogs()
+      .map((log) => log.message)
+      .join('\n')
+    // The table's row of each onramp pair (raw mode: cells joined by |): the emulator's best
+    // route for the pair's total.
+    for (const [from, to, rows] of [
+      ['USD', 'USDC', 900],
+      ['EUR', 'USDT', 50],
+    ] as const) {
+      const amount = totals[`${from}>${to}`]
+      const quote = await emulatorQuote(emu, from, to, amount)
+      const row = logs.split('\n').find((line) => line.startsWith(`${from}|${to}|`))
+      assert.deepEqual(row?.split('|'), [
+        from,
+        to,
+        String(rows),
+        amount,
+        String(quote.rate),
+        String(quote.effectiveRate),
+        String(quote.fee),
+        String(quote.estimatedToAmount),
+        String(quote.routes),
+        'estimate',
+      ])
+    }
+    assert.include(logs, 'USD|MXN|40|490|-|-|-|-|-|not quoted')
+    command.assertLogMatches(/Estimates: one quote for each pair's total/)
+    command.assertLogMatches(/each row is priced again when it is executed/)
+    assert.include(logs, `USD -> MXN: ${NOT_QUOTABLE}`)
+    assert.include(logs, `USDC -> MXN: ${NOT_QUOTABLE}`)
+    command.assertLogMatches(/1000 rows checked, key csv-[0-9a-f]{32}: dry run: nothing sent/)
+  })
+
+  test('--dry-run --json: per pair from, to, rows, amount, quoted, reason, rate, effectiveRate, fee, estimatedToAmount, routes', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, run, quoted, executed } = await setup(cleanup)
+    const { text, totals } = mixedCsvOf(emu, [
+      ['EUR', 'USDT', 7],
+      ['USD', 'MXN', 3],
+      ['USDC', 'MXN', 2],
+    ])
+    const file = await fileOf(cleanup, text)
+    const command = await run([file, '--dry-run', '--json'])
+    command.assertSucceeded()
+    const result = jsonOf(command)
+    assert.containsSubset(result, { dryRun: true, complete: false, counts: { rows: 12 } })
+    const reason = NOT_QUOTABLE.replace('not quoted: ', '')
+    const unquoted = { rate: null, effectiveRate: null, fee: null, estimatedToAmount: null }
+    assert.deepEqual(result.quotes, [
+      {
+        from: 'EUR',
+        to: 'USDT',
+        flow: 'onramp',
+        rows: 7,
+        amount: totals['EUR>USDT'],
+        quoted: true,
+        estimate: true,
+        reason: null,
+        ...(await emulatorQuote(emu, 'EUR', 'USDT', totals['EUR>USDT'])),
+      },
+      {
+        from: 'USD',
+        to: 'MXN',
+        flow: 'fiat_to_fiat',
+        rows: 3,
+        amount: totals['USD>MXN'],
+        quoted: false,
+        estimate: false,
+        reason,
+        ...unquoted,
+        routes: null,
+      },
+      {
+        from: 'USDC',
+        to: 'MXN',
+        flow: 'stablecoin_to_fiat',
+        rows: 2,
+        amount: totals['USDC>MXN'],
+        quoted: false,
+        estimate: false,
+        reason,
+        ...unquoted,
+        routes: null,
+      },
+    ])
+    assert.isAbove(result.quotes[0].rate, 1, 'EUR to USDT: more than one USDT per EUR')
+    assert.isBelow(result.quotes[0].effectiveRate, result.quotes[0].rate, 'fees lower the rate')
+    assert.lengthOf(quoted(), 1)
+    assert.lengthOf(executed(), 0)
+    assert.lengthOf(emu.admin.payouts(), 0)
+  })
+
+  test('--dry-run whose quote fails (401, then 429 after retries): the pair named with its code, exit 1, nothing sent; a bad file is refused before any quote', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { emu, run, quoted, executed, ledgerPayouts } = await setup(cleanup, {
+      apiKey: WRONG_KEY,
+    })
+    const { text } = mixedCsvOf(emu, [
+      ['USD', 'USDC', 5],
+      ['USD', 'MXN', 5],
+    ])
+    const file = await fileOf(cleanup, text)
+    const command = await run([file, '--dry-run'])
+    command.assertFailed()
+    command.assertLogMatches(/USD -> USDC: quote failed: UNAUTHORIZED: /)
+    command.assertLogMatches(/failed UNAUTHORIZED/)
+    command.assertLogMatches(/USD -> MXN: not quoted/)
+    command.assertLogMatches(/dry run: nothing sent; a pair could not be quoted/)
+    const logs = JSON.stringify(command.logger.getLogs())
+    assert.notInclude(logs, WRONG_KEY.slice(8), 'the API key is never printed')
+    assert.lengthOf(quoted(), 1, 'a 401 is not retried')
+
+    const json = await run([file, '--dry-run', '--json'])
+    json.assertFailed()
+    const [usdc, mxn] = jsonOf(json).quotes
+    assert.containsSubset(usdc, {
+      from: 'USD',
+      to: 'USDC',
+      quoted: false,
+      rate: null,
+      estimatedToAmount: null,
+      error: { code: 'UNAUTHORIZED' },
+    })
+    assert.match(usdc.reason, /^quote failed: UNAUTHORIZED: /)
+    assert.containsSubset(mxn, { from: 'USD', to: 'MXN', quoted: false })
+    assert.notProperty(mxn, 'error')
+    assert.notInclude(JSON.stringify(jsonOf(json)), WRONG_KEY.slice(8))
+
+    // A bad file: refused before any quote.
+    const before = quoted().length
+    const bad = await fileOf(cleanup, text.replace(',USDC,', ',US$,'))
+    const refused = await run([bad, '--dry-run'])
+    refused.assertFailed()
+    refused.assertLogMatches(/problem\(s\), nothing sent/)
+    assert.lengthOf(quoted(), before, 'no quote for a refused file')
+
+    // The service rate-limits every quote (429, Retry-After 1 s): after the retry, the pair fails.
+    const limited = await setup(cleanup, { retry: { maxRetries: 1 } })
+    limited.emu.admin.setFaults({ rateLimitStormRate: 1, pathPrefixes: [QUOTES] })
+    const second = mixedCsvOf(limited.emu, [
+      ['USD', 'USDC', 3],
+      ['EUR', 'USDT', 3],
+    ])
+    const stormed = await limited.run([await fileOf(cleanup, second.text), '--dry-run', '--json'])
+    stormed.assertFailed()
+    const quotes = jsonOf(stormed).quotes
+    assert.deepEqual(
+      quotes.map((quote: any) => [quote.from, quote.to, quote.quoted, quote.error?.code]),
+      [
+        ['USD', 'USDC', false, 'RATE_LIMITED'],
+        ['EUR', 'USDT', false, 'RATE_LIMITED'],
+      ]
+    )
+    assert.lengthOf(limited.quoted(), 4, 'each pair: one call and its one retry')
+    assert.equal(limited.emu.admin.faultStats().rateLimited, 4)
+
+    assert.lengthOf(executed(), 0)
+    assert.lengthOf(limited.executed(), 0)
+    assert.lengthOf(emu.admin.payouts(), 0)
+    assert.lengthOf(limited.emu.admin.payouts(), 0)
+    assert.equal(await ledgerPayouts(), 0)
+    assert.equal(await limited.ledgerPayouts(), 0)
   })
 
   test('--json: every row with its line and outcome; a refused row keeps its code', async ({
