@@ -59,9 +59,12 @@ let installed: Promise<void> | undefined
 
 /**
  * Builds the package and installs it into examples/demo as a copy (install-links: a
- * symlink would give the app two copies of @adonisjs/core). Once per process.
+ * symlink would give the app two copies of @adonisjs/core). Once per process; not at all
+ * with SVC_DEMO_INSTALLED=1.
  */
 export function installDemo(log: Log = print): Promise<void> {
+  // `npm test` (scripts/test.mjs) installed it before starting the files that need it.
+  if (process.env.SVC_DEMO_INSTALLED === '1') return Promise.resolve()
   installed ??= Promise.resolve().then(() => {
     log('Building @svc/adonis-payouts…')
     run('npm', ['run', 'build', '--silent'], ROOT)

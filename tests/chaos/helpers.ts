@@ -14,6 +14,7 @@ import { dbDate } from '../../src/database/dates.ts'
 import { configureModels, PayoutEvent } from '../../src/models/main.ts'
 import { connectionConfig, createAllPayoutsTables, portVariable } from '../helpers/database.ts'
 import { TcpProxy } from '../helpers/tcp_proxy.ts'
+import { SCRATCH_URL } from '../helpers/scratch.ts'
 
 export type ChaosFlow = 'fiat_to_fiat' | 'stablecoin_to_fiat' | 'onramp'
 
@@ -214,7 +215,7 @@ export async function openDatabase(
   const base = connectionConfig('chaos')
   const connection =
     base.client !== 'better-sqlite3' ? base : { ...base, connection: { filename: sqliteFile } }
-  const app = new AppFactory().create(new URL('../tmp/', import.meta.url))
+  const app = new AppFactory().create(SCRATCH_URL)
   await app.init()
   const logger = new Logger({ enabled: false })
   const db = new Database(

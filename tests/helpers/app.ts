@@ -1,8 +1,9 @@
 import type { ApplicationService } from '@adonisjs/core/types'
 import type { PayoutsConfigInput } from '../../src/define_config.ts'
 import { bootHostApp } from './host_app.ts'
+import { SCRATCH_URL } from './scratch.ts'
 
-export const BASE_URL = new URL('../tmp/', import.meta.url)
+export const BASE_URL = SCRATCH_URL
 
 /** A syntactically valid sandbox key for apps that never reach a server. */
 export const TEST_API_KEY = `sk_test_${'A'.repeat(43)}`

@@ -16,6 +16,7 @@ import {
   dropPayoutsTables,
 } from '../../src/database/schema.ts'
 import { configureModels } from '../../src/models/main.ts'
+import { SCRATCH_URL } from './scratch.ts'
 
 /** The plugin's tables as the five published migrations leave them, in their order. */
 export function createAllPayoutsTables(schema: any, prefix?: string) {
@@ -96,7 +97,7 @@ export async function setupDatabase(
     connection?: Record<string, unknown>
   } = {}
 ) {
-  const app = new AppFactory().create(new URL('../tmp/', import.meta.url))
+  const app = new AppFactory().create(SCRATCH_URL)
   await app.init()
   const emitter = new Emitter(app)
   const logger = new Logger({ enabled: false })

@@ -9,12 +9,13 @@ import { tableNames } from '../../src/database/schema.ts'
 import { JobScheduler } from '../../src/jobs/scheduler.ts'
 import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { tickTogether } from './helpers.ts'
+import { SCRATCH_URL } from '../helpers/scratch.ts'
 
 const logger = new Logger({ enabled: false })
 
 /** A second, independent connection pool on the same database: another app instance. */
 async function secondInstance(cleanup: (fn: () => Promise<void>) => void) {
-  const app = new AppFactory().create(new URL('../tmp/', import.meta.url))
+  const app = new AppFactory().create(SCRATCH_URL)
   await app.init()
   const db = new Database(
     { connection: 'primary', connections: { primary: connectionConfig('scheduler') } },

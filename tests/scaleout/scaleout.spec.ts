@@ -18,6 +18,7 @@ import {
   startDemoApp,
   type DemoApp,
 } from '../../scripts/demo_runner.ts'
+import { SCRATCH_URL } from '../helpers/scratch.ts'
 
 /**
  * Two instances of the example app (examples/demo) on one PostgreSQL or MySQL database and
@@ -112,7 +113,7 @@ const SERVERS: SharedServer[] = [
 
 /** A Lucid connection to one database of the server, closed by the caller. */
 async function open(server: SharedServer, database?: string) {
-  const app = new AppFactory().create(new URL('../tmp/', import.meta.url))
+  const app = new AppFactory().create(SCRATCH_URL)
   await app.init()
   return new Database(
     { connection: 'shared', connections: { shared: server.connection(database) as any } },

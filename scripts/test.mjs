@@ -1,0 +1,250 @@
+/**
+ * `npm test`: the whole suite in Japa processes running side by side. Most of the suite's
+ * time is waiting (child processes booting, leases expiring, a browser, a database stalled on
+ * purpose), so they overlap well even on two cores.
+ *
+ * The spec files are cut into units (a long file alone, short ones packed together, by the
+ * seconds tests/durations.json gives each) and TEST_JOBS processes (default 4) take the
+ * longest unit left, one after the other. The files that run the example app
+ * (`DEMO_FILES`) wait until the package is built and installed into it, once, which starts
+ * first; they then run with SVC_DEMO_INSTALLED=1, each on its own port and database file.
+ * Each unit's output is printed whole when it ends, then one summary for the run; the run
+ * fails when any unit fails or ends without Japa's summary.
+ *
+ *   npm test                               every spec file, TEST_JOBS at a time
+ *   npm test -- --files=tests/x.spec.ts    one Japa process with these arguments
+ *   TEST_JOBS=1 npm test                   one Japa process for the whole suite
+ *
+ * TEST_DB (sqlite, pg, mysql) reaches every process. Nothing a process owns is shared: its
+ * SQLite files are named by its pid, its server tables by a random prefix, its scratch folder
+ * is tests/tmp-<n>/ (TEST_SHARD).
+ *
+ * Only for this repository: it is not in the published package.
+ */
+import { spawn } from 'node:child_process'
+import { createWriteStream, globSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+
+const JAPA = ['--import=@poppinss/ts-exec', '--enable-source-maps', 'bin/test.ts']
+/** The spec files that start the example app: they need the package installed into it. */
+const DEMO_FILES = [
+  'tests/browser/payouts_page.spec.ts',
+  'tests/integration/demo_fast_clock.spec.ts',
+  'tests/integration/demo_otel.spec.ts',
+  'tests/integration/demo_runner.spec.ts',
+  'tests/integration/demo_tests.spec.ts',
+  'tests/scaleout/scaleout.spec.ts',
+]
+/** A file not in tests/durations.json counts as this many seconds. */
+const UNKNOWN_FILE_S = 10
+/** Short files are packed into units of about this many seconds. */
+const UNIT_S = 15
+/** A unit still running after this is stopped, and the run fails. */
+const UNIT_LIMIT_MS = Number(process.env.TEST_UNIT_LIMIT_MS ?? 20 * 60_000)
+
+const args = process.argv.slice(2)
+const jobs = Math.max(1, Number(process.env.TEST_JOBS ?? 4) || 1)
+const startedAt = Date.now()
+const children = new Set()
+
+for (const signal of ['SIGINT', 'SIGTERM']) {
+  process.once(signal, () => {
+    for (const child of children) child.kill(signal)
+    process.exitCode = 1
+  })
+}
+
+if (args.length > 0 || jobs === 1) {
+  const { code } = await run(JAPA.concat(args), { stdio: 'inherit' })
+  process.exitCode = code
+} else {
+  process.exitCode = await runAll()
+}
+
+/** Every spec file, `jobs` processes at a time; prints each unit, then the run. */
+async function runAll() {
+  const files = globSync('tests/**/*.spec.ts').sort()
+  const units = unitsOf(files, durations())
+  const folder = mkdtempSync(join(tmpdir(), 'svc-payouts-test-'))
+  say(`${files.length} spec files in ${units.length} runs, ${jobs} at a time (TEST_DB=${process.env.TEST_DB ?? 'sqlite'})`)
+
+  // The example app's install runs first, in one of the slots.
+  let installed = !units.some((unit) => unit.demo) || process.env.SVC_DEMO_INSTALLED === '1'
+  const install = installed ? null : { install: true }
+  const results = []
+  const waiting = [...units]
+  let slot = 0
+  const next = () => {
+    const index = waiting.findIndex((unit) => installed || !unit.demo)
+    return index === -1 ? null : waiting.splice(index, 1)[0]
+  }
+  await new Promise((resolve) => {
+    let running = 0
+    const fill = () => {
+      while (running < jobs) {
+        const unit = install && !install.started ? install : next()
+        if (!unit) break
+        running++
+        const id = ++slot
+        const done = (result) => {
+          running--
+          results.push(result)
+          if (waiting.length === 0 && running === 0) resolve()
+          else fill()
+        }
+        if (unit.install) {
+          unit.started = true
+          installDemo(folder).then((result) => {
+            installed = result.code === 0
+            // Without the app installed, its files would only fail: they are reported, not run.
+            if (!installed) {
+              for (const demo of waiting.filter((u) => u.demo)) {
+                waiting.splice(waiting.indexOf(demo), 1)
+                results.push({ name: demo.files.join(' '), code: 1, counts: null })
+              }
+            }
+            done(result)
+          })
+        } else {
+          runUnit(unit, id, folder).then(done)
+        }
+      }
+    }
+    fill()
+  })
+  rmSync(folder, { recursive: true, force: true })
+
+  const total = { passed: 0, failed: 0, skipped: 0, todo: 0 }
+  const broken = []
+  for (const result of results) {
+    if (result.install) {
+      if (result.code !== 0) broken.push(`the example app could not be installed (exit code ${result.code})`)
+      continue
+    }
+    if (!result.counts) broken.push(`${result.name}: no Japa summary`)
+    else for (const key of Object.keys(total)) total[key] += result.counts[key]
+    if (result.code !== 0) broken.push(`${result.name}: exit code ${result.code}`)
+  }
+  const parts = [`${total.passed} passed`]
+  for (const key of ['failed', 'skipped', 'todo']) if (total[key]) parts.push(`${total[key]} ${key}`)
+  const all = total.passed + total.failed + total.skipped + total.todo
+  const seconds = Math.round((Date.now() - startedAt) / 1000)
+  const ok = broken.length === 0 && total.failed === 0
+  process.stdout.write(`\n${ok ? ' PASSED ' : ' FAILED '}\n\n`)
+  process.stdout.write(`Tests  ${parts.join(', ')} (${all})\n`)
+  process.stdout.write(` Time  ${Math.floor(seconds / 60)}m ${seconds % 60}s (${jobs} at a time)\n`)
+  for (const line of broken) process.stdout.write(`${line}\n`)
+  return ok ? 0 : 1
+}
+
+/** One unit's Japa process, its output kept in `folder` and printed whole when it ends. */
+async function runUnit(unit, id, folder) {
+  const name = unit.files.length === 1 ? unit.files[0] : `${unit.files.length} files (${unit.files[0]}, …)`
+  const output = join(folder, `unit-${id}.log`)
+  const env = {
+    ...process.env,
+    TEST_SHARD: String(id),
+    ...(unit.demo && { SVC_DEMO_INSTALLED: '1' }),
+  }
+  const { code, signal } = await run(
+    JAPA.concat(unit.files.map((file) => `--files=${file}`)),
+    { output, env }
+  )
+  const text = readFileSync(output, 'utf8')
+  const seconds = Math.round((Date.now() - startedAt) / 1000)
+  say(`${name}: ${code === 0 ? 'passed' : `failed (${signal ?? `exit code ${code}`})`}, ended at ${seconds} s`)
+  process.stdout.write(text)
+  return { name, code, counts: countsOf(text) }
+}
+
+/** Builds the package and installs it into examples/demo (scripts/demo_runner.ts), once. */
+async function installDemo(folder) {
+  const output = join(folder, 'install.log')
+  const script = "await (await import('./scripts/demo_runner.ts')).installDemo()"
+  const { code } = await run(
+    ['--import=@poppinss/ts-exec', '--input-type=module', '-e', script],
+    { output, env: { ...process.env, SVC_DEMO_INSTALLED: '' } }
+  )
+  const seconds = Math.round((Date.now() - startedAt) / 1000)
+  say(`the example app built and installed: ${code === 0 ? 'done' : `failed (exit code ${code})`}, at ${seconds} s`)
+  if (code !== 0) process.stdout.write(readFileSync(output, 'utf8'))
+  return { install: true, code }
+}
+
+/** Runs Node with `argv`: inheriting the terminal, or into the file `output`; bounded. */
+function run(argv, { stdio, output, env = process.env }) {
+  return new Promise((resolve) => {
+    const out = output ? createWriteStream(output) : null
+    const child = spawn(process.execPath, argv, {
+      env,
+      stdio: stdio ?? ['ignore', 'pipe', 'pipe'],
+    })
+    children.add(child)
+    if (out) {
+      child.stdout.pipe(out, { end: false })
+      child.stderr.pipe(out, { end: false })
+    }
+    const limit = out ? setTimeout(() => child.kill('SIGKILL'), UNIT_LIMIT_MS) : undefined
+    child.on('close', (code, signal) => {
+      clearTimeout(limit)
+      children.delete(child)
+      const result = { code: code ?? 1, signal }
+      if (out) out.end(() => resolve(result))
+      else resolve(result)
+    })
+  })
+}
+
+/** Seconds per spec file, measured (tests/durations.json); {} when there is none. */
+function durations() {
+  try {
+    return JSON.parse(readFileSync('tests/durations.json', 'utf8')).files ?? {}
+  } catch {
+    return {}
+  }
+}
+
+/**
+ * The runs: a file of UNIT_S seconds or more alone, shorter ones packed together up to about
+ * UNIT_S (the example app's files apart from the others), longest first.
+ */
+function unitsOf(files, seconds) {
+  const units = []
+  for (const demo of [true, false]) {
+    const weighed = files
+      .filter((file) => DEMO_FILES.includes(file) === demo)
+      .map((file) => ({ file, seconds: seconds[file] ?? UNKNOWN_FILE_S }))
+      .sort((a, b) => b.seconds - a.seconds || a.file.localeCompare(b.file))
+    let pack = null
+    for (const { file, seconds: s } of weighed) {
+      if (s >= UNIT_S) {
+        units.push({ files: [file], seconds: s, demo })
+        continue
+      }
+      if (!pack || pack.seconds + s > UNIT_S) {
+        pack = { files: [], seconds: 0, demo }
+        units.push(pack)
+      }
+      pack.files.push(file)
+      pack.seconds += s
+    }
+  }
+  return units.sort((a, b) => b.seconds - a.seconds)
+}
+
+/** Japa's last summary line of a run (`Tests  3 passed, 1 failed, 2 skipped (6)`). */
+function countsOf(text) {
+  const plain = text.replace(/\x1b\[[0-9;]*m/g, '')
+  const line = plain
+    .split('\n')
+    .filter((l) => /^\s*Tests\s+\d/.test(l))
+    .at(-1)
+  if (!line) return null
+  const count = (word) => Number(new RegExp(`(\\d+) ${word}`).exec(line)?.[1] ?? 0)
+  return { passed: count('passed'), failed: count('failed'), skipped: count('skipped'), todo: count('todo') }
+}
+
+function say(line) {
+  process.stdout.write(`\n──── ${line}\n`)
+}
