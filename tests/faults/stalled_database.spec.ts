@@ -195,12 +195,15 @@ test.group(`Faults | a database another process holds (${TEST_DB})`, () => {
   }) => {
     const app = await startHttpApp(cleanup)
     assert.equal(await post(app, delivery()), 200)
-    // Another process's write transaction on the same file (a backup, a migration).
+    // Processed, so the app holds no write lock when the other process asks for it.
+    await app.payouts.drainInbox()
+    // Another process's write transaction on the same file (a backup, a migration), which
+    // waits for the lock if the app still holds it (a busy machine).
     const holder = spawn(
       process.execPath,
       [
         '-e',
-        `const db = new (require('better-sqlite3'))(process.argv[1]);
+        `const db = new (require('better-sqlite3'))(process.argv[1], { timeout: 20000 });
          db.exec('BEGIN IMMEDIATE'); console.log('locked');
          process.stdin.once('data', () => { db.exec('COMMIT'); console.log('released') })`,
         (connectionConfig('http') as any).connection.filename,

@@ -176,9 +176,10 @@ test.group(`Jobs | locks on Redis (${TEST_DB})`, () => {
       // Without the lock both instances would run it every interval (10 runs).
       assert.isAtLeast(ofJob.length, 3, `${name} ran`)
       assert.isAtMost(ofJob.length, Math.floor(elapsed / (intervalMs - 50)) + 1, `${name} runs`)
-      // Two runs are never closer than the lock's TTL (less the jitter of a run's length).
+      // Two runs are never close: without the lock both instances run within milliseconds of
+      // each other. Half the TTL, as the moment a run is logged moves with a busy machine.
       for (let i = 1; i < ofJob.length; i++) {
-        assert.isAtLeast(ofJob[i].at - ofJob[i - 1].at, intervalMs - 100, `${name} gap`)
+        assert.isAtLeast(ofJob[i].at - ofJob[i - 1].at, intervalMs / 2, `${name} gap`)
       }
     }
     assert.notExists(
