@@ -55,11 +55,18 @@ export interface TransactionBound {
  * changes later). SQLite has no socket to stall; its transaction is only waited for, and
  * takes the file's write lock before its first read, so another process writing the same
  * file makes it wait instead of failing with "database is locked".
+ *
+ * It resolves only once its COMMIT is confirmed (`commitConfirmed`); otherwise it rejects
+ * with `E_PAYOUTS_COMMIT_UNCONFIRMED` and its connection is closed instead of going back to
+ * the pool: a COMMIT that failed may leave the connection inside its transaction (SQLite's
+ * SQLITE_BUSY at COMMIT, in its default journal mode, while another process reads), where
+ * every later statement of the pool's next user would go, uncommitted. Closing it rolls back
+ * what did not commit.
  */
 export function boundedTransaction<T>(
   client: QueryClientContract,
   { timeoutMs: ms, what, writes }: TransactionBound,
-  work: (trx: TransactionClientContract) => Promise<T>
+  work: Work<T>
 ): Promise<T> {
   // Already inside a transaction (a host test's global transaction): a savepoint of it, which
   // takes no options and no connection of its own, and is bounded by its outer one.
@@ -73,19 +80,14 @@ export function boundedTransaction<T>(
       )
     )
   }
+  const sqlite = !locksRows(client)
+  const writing: Work<T> = sqlite
+    ? async (trx) => {
+        await beginWriting(trx, writes)
+        return work(trx)
+      }
+    : work
   const options = transactionOptions(client)
-  if (!locksRows(client)) {
-    return confirmed(what, (run) =>
-      client.transaction(
-        run(async (trx) => {
-          await beginWriting(trx, writes)
-          return work(trx)
-        }),
-        options
-      )
-    )
-  }
-  if (!(ms > 0)) return confirmed(what, (run) => client.transaction(run(work), options))
   const pool = (client.getWriteClient() as any).client
   let connection: Record<string, unknown> | undefined
   let released = false
@@ -101,12 +103,17 @@ export function boundedTransaction<T>(
     if (expired) return release() as never
     try {
       return await confirmed<T>(what, (run) =>
-        client.transaction(run(work), { ...options, connection } as any)
+        client.transaction(run(writing), { ...options, connection } as any)
       )
+    } catch (error) {
+      // Closed by the pool at its next checkout, which opens another.
+      if (error instanceof E_PAYOUTS_COMMIT_UNCONFIRMED) connection!.__knex__disposed = error
+      throw error
     } finally {
       release()
     }
   })()
+  if (sqlite || !(ms > 0)) return running
   return withDeadline(running, ms, what, (error) => {
     expired = error
     dropIdleConnections(client, error)

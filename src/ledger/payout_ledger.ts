@@ -3,6 +3,7 @@ import type { Logger } from '@adonisjs/core/logger'
 import type { Database } from '@adonisjs/lucid/database'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DEFAULT_ACCOUNT } from '../constants.ts'
+import { E_PAYOUTS_COMMIT_UNCONFIRMED } from '../errors.ts'
 import { boundedTransaction, commitConfirmed } from '../database/deadline.ts'
 import { isDeadlock } from '../database/dialects.ts'
 import debug from '../debug.ts'
@@ -134,7 +135,11 @@ export class PayoutLedger {
           (trx) => this.applyBatchInTransaction(trx, observations)
         )
       } catch (error) {
-        if (!isDeadlock(error) || attempt >= DEADLOCK_ATTEMPTS) throw error
+        // A deadlock's victim at COMMIT was rolled back for certain: run again too.
+        const deadlock =
+          isDeadlock(error) ||
+          (error instanceof E_PAYOUTS_COMMIT_UNCONFIRMED && isDeadlock(error.cause))
+        if (!deadlock || attempt >= DEADLOCK_ATTEMPTS) throw error
         debug('ledger: a deadlock rolled the batch back, attempt %d', attempt + 1)
       }
     }

@@ -1,12 +1,16 @@
 import { randomUUID } from 'node:crypto'
+import { createRequire } from 'node:module'
 import { test } from '@japa/runner'
 import type { Database } from '@adonisjs/lucid/database'
 import { E_PAYOUTS_COMMIT_UNCONFIRMED, E_PAYOUTS_TIMEOUT } from '../../src/errors.ts'
+import { commitConfirmed } from '../../src/database/deadline.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import { Payout, PayoutEvent } from '../../src/models/main.ts'
 import { boundedConnection, connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { TcpProxy } from '../helpers/tcp_proxy.ts'
 
+/** The driver Lucid's SQLite connections use: one SQLite library, whose locks see each other. */
+const BetterSqlite3 = createRequire(import.meta.url)('better-sqlite3')
 const SERVER_ONLY = 'needs PostgreSQL or MySQL (TEST_DB=pg, TEST_DB=mysql) behind a TCP proxy'
 const LEASE_MS = 500
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -133,7 +137,8 @@ test.group(`Faults | a COMMIT the database does not confirm (${TEST_DB})`, () =>
     assert.lengthOf(stored.events, 1)
     assert.isNull(stored.events[0].notifiedAt)
 
-    await sleep(LEASE_MS + 100)
+    // Past the lease (MySQL keeps whole seconds: it may end up to a second later).
+    await sleep(LEASE_MS + 1100)
     assert.equal(await ledger.renotify({ olderThanMs: 0 }), 1)
     assert.equal(await ledger.renotify({ olderThanMs: 0 }), 0)
     assert.deepEqual(told, [stored.events[0].id], 'told once, by the outbox')
@@ -167,5 +172,83 @@ test.group(`Faults | a COMMIT the database does not confirm (${TEST_DB})`, () =>
     assert.deepEqual([stored.payouts, stored.events.length], [0, 0], 'nothing stored')
   })
     .skip(TEST_DB === 'sqlite', SERVER_ONLY)
+    .timeout(30_000)
+})
+
+test.group(`Faults | a COMMIT refused by the database (${TEST_DB})`, () => {
+  test("commitConfirmed reads knex's own record of the COMMIT on this database", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'commit_record')
+    // The check rests on knex's executionPromise: a knex without it would confirm every
+    // COMMIT unseen, so its absence fails here.
+    await db.transaction(async (trx) => {
+      assert.instanceOf((trx.knexClient as any).executionPromise, Promise)
+    })
+    const trx = await db.transaction()
+    await trx.rawQuery('select 1')
+    await trx.commit()
+    await commitConfirmed(trx, 'a transaction')
+  })
+
+  test('SQLite refuses a COMMIT while another connection reads: the caller hears it, the connection is not reused inside the failed transaction', async ({
+    assert,
+    cleanup,
+  }) => {
+    const base = connectionConfig('commit_busy') as any
+    const { db } = await setupDatabase(cleanup, 'commit_busy', {
+      connection: {
+        ...base,
+        pool: {
+          afterCreate: (connection: any, done: (error: unknown, connection: unknown) => void) => {
+            connection.pragma('busy_timeout = 200')
+            done(null, connection)
+          },
+        },
+      },
+    })
+    const told: string[] = []
+    const ledger = new PayoutLedger(db, {
+      onChange: (change) => void told.push(change.payout.payoutUuid),
+    })
+    // Another process reading the file in its default journal mode (a backup, a report):
+    // a writer's COMMIT waits for its SHARED lock, then fails with SQLITE_BUSY.
+    const reader = new BetterSqlite3(base.connection.filename)
+    cleanup(async () => void reader.close())
+    reader.exec('BEGIN')
+    reader.prepare('SELECT count(*) AS n FROM sqlite_master').get()
+    const refused = randomUUID()
+    const error = await ledger.apply(created(refused)).then(
+      () => null,
+      (e) => e
+    )
+    assert.instanceOf(error, E_PAYOUTS_COMMIT_UNCONFIRMED)
+    assert.include(error.message, 'SQLITE_BUSY')
+    reader.exec('COMMIT')
+
+    // The next transaction runs on a fresh connection: stored, committed, told.
+    const next = randomUUID()
+    await ledger.apply(created(next))
+    assert.deepEqual(told, [next])
+    const stored = await Payout.query({ client: db.connection() }).whereIn('payout_uuid', [
+      refused,
+      next,
+    ])
+    assert.deepEqual(
+      stored.map((payout) => payout.payoutUuid),
+      [next],
+      'the refused COMMIT rolled back'
+    )
+    // Seen from another connection too: committed, not held in an open transaction.
+    const row = reader
+      .prepare(`SELECT count(*) AS n FROM ${Payout.table} WHERE payout_uuid = ?`)
+      .get(next) as { n: number }
+    assert.equal(row.n, 1)
+  })
+    .skip(
+      TEST_DB !== 'sqlite',
+      'the SQLite file lock; PostgreSQL and MySQL have the proxy tests above'
+    )
     .timeout(30_000)
 })
