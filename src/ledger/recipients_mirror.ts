@@ -12,6 +12,7 @@ import {
 import { chunkKey, MAX_BATCH_KEY_LENGTH } from './batch_keys.ts'
 import type { Recipient as RemoteRecipient } from '../schemas/resources.ts'
 import { DEFAULT_ACCOUNT } from '../constants.ts'
+import { boundedTransaction } from '../database/deadline.ts'
 import Recipient from '../models/recipient.ts'
 
 /** Counts of one reconciliation pass. */
@@ -157,8 +158,20 @@ export class RecipientsMirror {
       syncedAt: DateTime.now(),
       ...(ownerId === undefined ? {} : { ownerId }),
     }
-    return Recipient.updateOrCreate({ account: this.account, remoteId: remote.id }, values, {
+    // Lucid's updateOrCreate reads, then writes, in a transaction of its own: on SQLite, while
+    // another process writes the file (the worker), that read's lock cannot be upgraded and
+    // SQLite refuses at once ("database is locked"). Here the write lock is waited for first,
+    // and the COMMIT is confirmed, as for every write of the plugin.
+    const client = Recipient.$adapter.modelConstructorClient(Recipient, {
       connection: this.connection,
     })
+    return boundedTransaction(
+      client,
+      { timeoutMs: 0, what: 'recipient mirror', writes: Recipient.table },
+      (trx) =>
+        Recipient.updateOrCreate({ account: this.account, remoteId: remote.id }, values, {
+          client: trx,
+        })
+    )
   }
 }

@@ -1,9 +1,11 @@
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { test } from '@japa/runner'
 import { PayoutsValidationError } from '../../src/client/main.ts'
 import { RecipientsMirror } from '../../src/ledger/recipients_mirror.ts'
 import { Recipient } from '../../src/models/main.ts'
 import { startEmulator, testClient } from '../emulator/helpers.ts'
-import { setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { startRecordingProxy } from '../helpers/recording_proxy.ts'
 
 test.group(`Ledger | recipients mirror (${TEST_DB})`, () => {
@@ -89,4 +91,35 @@ test.group(`Ledger | recipients mirror (${TEST_DB})`, () => {
     assert.equal(error.field, 'rows.1.name')
     assert.lengthOf(sent(), 4)
   })
+})
+
+test.group(`Ledger | recipients mirror beside another writer (${TEST_DB})`, () => {
+  test('on SQLite, a create while another process writes the file waits for it instead of failing "database is locked"', async ({
+    assert,
+    cleanup,
+  }) => {
+    await setupDatabase(cleanup, 'recipients_locked')
+    const emu = await startEmulator(cleanup, { rateLimits: false })
+    const mirror = new RecipientsMirror(testClient(cleanup, emu))
+    // Another process's write transaction on the same file (the worker applying a batch),
+    // committed 500 ms after it took the lock.
+    const writer = spawn(
+      process.execPath,
+      [
+        '-e',
+        `const db = new (require('better-sqlite3'))(process.argv[1]);
+         db.exec('BEGIN IMMEDIATE'); console.log('locked');
+         setTimeout(() => { db.exec('COMMIT'); db.close() }, 500)`,
+        (connectionConfig('recipients_locked') as any).connection.filename,
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] }
+    )
+    cleanup(async () => void writer.kill('SIGKILL'))
+    writer.stdout.setEncoding('utf8')
+    assert.match(String((await once(writer.stdout, 'data'))[0]), /locked/)
+    const ada = await mirror.create({ name: 'Ada', currency: 'MXN' }, { ownerId: 'tenant-1' })
+    assert.equal((await Recipient.findByOrFail('remoteId', ada.remoteId)).ownerId, 'tenant-1')
+  })
+    .skip(TEST_DB !== 'sqlite', "SQLite's file lock")
+    .timeout(30_000)
 })
