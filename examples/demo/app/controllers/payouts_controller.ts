@@ -1,7 +1,9 @@
 import { readFile } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
+import { Exception } from '@adonisjs/core/exceptions'
 import type { HttpContext } from '@adonisjs/core/http'
 import env from '#start/env'
+import { apiErrors } from '@svc/adonis-payouts'
 import payouts from '@svc/adonis-payouts/services/main'
 import { EscrowDeposit, Payout, PayoutEvent, Recipient } from '@svc/adonis-payouts/models'
 import RecordPayoutActivity from '#listeners/record_payout_activity'
@@ -121,7 +123,7 @@ export default class PayoutsController {
     return PayoutEvent.query().where('payout_uuid', params.id).where('applied', true).orderBy('id')
   }
 
-  async store({ request, response }: HttpContext) {
+  async store({ request, response, logger }: HttpContext) {
     const flow = request.input('flow', 'fiat_to_fiat') as string
     if (!FLOWS.includes(flow)) return response.badRequest({ error: `unknown flow ${flow}` })
     try {
@@ -152,9 +154,16 @@ export default class PayoutsController {
       // Refused input (by the plugin or the service) is the user's to fix: 422. Anything else
       // (the service unreachable or failing) is not: 502, and the same request may be retried.
       const status = (error as { status?: number }).status ?? 500
-      return response
-        .status(status >= 400 && status < 500 ? 422 : 502)
-        .send({ error: (error as Error).message })
+      // The plugin's and the client's errors say what happened without secrets; any other
+      // error (a database's holds its statement's values: names, payment methods) stays in
+      // the log.
+      const told = error instanceof Exception || error instanceof apiErrors.PayoutsError
+      if (!told) logger.error({ err: error }, 'payout not executed')
+      return response.status(status >= 400 && status < 500 ? 422 : 502).send({
+        error: told
+          ? (error as Error).message
+          : 'the payout could not be executed (see the app log)',
+      })
     }
   }
 

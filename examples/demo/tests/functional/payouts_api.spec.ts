@@ -1,3 +1,5 @@
+import db from '@adonisjs/lucid/services/db'
+import { Recipient } from '@svc/adonis-payouts/models'
 import { test } from '@japa/runner'
 
 /** The demo's HTTP API, each test against its own `payouts` fake (tests/bootstrap.ts). */
@@ -68,6 +70,27 @@ test.group('Payouts API', () => {
     payouts.assertNotExecuted()
     const list = await client.get('/api/payouts')
     list.assertBody([])
+  })
+
+  test('a database error answers 502 without its statement: names and payment methods stay in the log', async ({
+    client,
+    payouts,
+    assert,
+    cleanup,
+  }) => {
+    // The recipient's local mirror cannot be written (a disk that fails, a full volume).
+    await db.rawQuery(
+      `CREATE TRIGGER demo_refuse BEFORE INSERT ON ${Recipient.table} BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END`
+    )
+    cleanup(() => db.rawQuery('DROP TRIGGER IF EXISTS demo_refuse'))
+    const refused = await client
+      .post('/api/payouts')
+      .json({ flow: 'fiat_to_fiat', amount: 10, userPaymentMethodId: payouts.paymentMethodId })
+    refused.assertStatus(502)
+    const { error } = refused.body()
+    assert.notInclude(error, 'Ana Demo')
+    assert.notInclude(error.toLowerCase(), 'insert into')
+    payouts.assertNotExecuted()
   })
 
   test('GET /api/payouts/:id/events lists the steps a payout went through', async ({
