@@ -1,10 +1,10 @@
-import { PayoutsNetworkError, PayoutsTimeoutError } from '../client/errors.ts'
 import { redactCredentials, REDACTED_CREDENTIALS } from '../client/redact.ts'
 import type { ExecuteInput } from '../client/types.ts'
 import { safeError } from '../safe_error.ts'
 import { detectFlow, isStablecoin, type ExecuteFlow } from '../schemas/common.ts'
 import type { StablecoinQuote } from '../schemas/resources.ts'
 import { amountTotal } from './batch_file.ts'
+import { describeError } from './payouts_command.ts'
 
 /** The one quote call the spec documents: every fiat-to-stablecoin route for an amount. */
 export type FiatToStablecoinQuotes = (query: {
@@ -154,24 +154,20 @@ function failed(pair: PairOf, error: { code: string; message: string }): PairQuo
 }
 
 /**
- * An error's code and message as a command may print them: `safeError`'s (no SQL, no stack),
- * naming the service's address when it could not be reached, a URL's credentials and every
- * secret given replaced, one line of at most 300 characters.
+ * An error's code and message as a command prints them (`describeError`: the service's
+ * address when it could not be reached, no SQL), every secret given replaced, one line of at
+ * most 300 characters.
  */
 export function errorOf(
   error: unknown,
-  { secrets = [], baseUrl }: QuoteReporting = {}
+  { secrets = [], baseUrl = '' }: QuoteReporting = {}
 ): { code: string; message: string } {
-  const safe = safeError(error)
-  let message = safe.message
-  if (baseUrl && (error instanceof PayoutsNetworkError || error instanceof PayoutsTimeoutError)) {
-    message = `could not reach the Payout Service at ${baseUrl}: ${message}`
-  }
-  message = redactCredentials(message)
+  const described = describeError(error, redactCredentials(baseUrl))
+  let message = redactCredentials(described.message)
   for (const secret of secrets) {
     if (secret && secret.length >= 8) message = message.split(secret).join(REDACTED_CREDENTIALS)
   }
   message = message.replace(/\s+/g, ' ').trim()
   if (message.length > 300) message = `${message.slice(0, 299)}…`
-  return { code: safe.code ?? safe.type, message }
+  return { code: described.code ?? safeError(error).type, message }
 }

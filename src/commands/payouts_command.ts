@@ -143,7 +143,7 @@ export abstract class PayoutsCommand<Result> extends SwitchesCommand {
 }
 
 /** An error as a command reports it; `baseUrl` is set when the service could not be reached. */
-interface CommandError {
+export interface CommandError {
   message: string
   code?: string
   baseUrl?: string
@@ -153,7 +153,7 @@ interface CommandError {
  * A network failure names the service's address, so a wrong URL or a down service shows; a
  * database error is told without the SQL statement knex puts before its message.
  */
-function describeError(error: unknown, baseUrl: string): CommandError {
+export function describeError(error: unknown, baseUrl: string): CommandError {
   const { message, code } = error as { message: string; code?: unknown }
   const described: CommandError = { message: withoutSql(String(message)) }
   if (typeof code === 'string') described.code = code
