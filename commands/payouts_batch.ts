@@ -153,7 +153,7 @@ export default class PayoutsBatch extends PayoutsCommand<Result> {
   }
 
   protected print(result: Result) {
-    const table = this.ui.table()
+    const table = this.table()
     table.head(['Currency', 'Rows', 'Amount'])
     for (const total of result.totals) table.row([total.currency, String(total.rows), total.amount])
     table.render()
@@ -165,7 +165,7 @@ export default class PayoutsBatch extends PayoutsCommand<Result> {
       else this.logger.info(message)
       return
     }
-    const summary = this.ui.table()
+    const summary = this.table()
     summary.head(['Outcome', 'Rows'])
     for (const [outcome, count] of Object.entries(result.counts)) {
       if (count > 0) summary.row([outcome, String(count)])
@@ -206,7 +206,7 @@ export default class PayoutsBatch extends PayoutsCommand<Result> {
    */
   #printQuotes(quotes: PairQuote[]) {
     if (quotes.length === 0) return
-    const table = this.ui.table()
+    const table = this.table()
     table.head([
       'From',
       'To',

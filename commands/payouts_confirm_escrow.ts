@@ -20,7 +20,7 @@ export default class PayoutsConfirmEscrow extends PayoutsCommand<Result> {
   }
 
   protected print(summary: Result) {
-    const table = this.ui.table()
+    const table = this.table()
     table.head(['Checked', 'Confirmed', 'Detected', 'Failed', 'Waiting'])
     table.row(
       [summary.checked, summary.confirmed, summary.detected, summary.failed, summary.waiting].map(

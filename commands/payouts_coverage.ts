@@ -16,7 +16,7 @@ export default class PayoutsCoverage extends PayoutsCommand<Result> {
   }
 
   protected print(coverage: Result) {
-    const table = this.ui.table()
+    const table = this.table()
     table.head(['Code', 'Name', 'Decimals', 'Onramp', 'Offramp', 'Min', 'Max', 'Rails'])
     for (const fiat of coverage.fiat) {
       table.row([

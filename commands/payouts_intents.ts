@@ -1,13 +1,25 @@
 import { flags } from '@adonisjs/core/ace'
 import { MAX_INT32, PayoutsCommand } from '../src/commands/payouts_command.ts'
+import type { IntentRef } from '../src/commands/intent_ref.ts'
 import type { BatchView, IntentView } from '../src/service/intents_desk.ts'
-import type { IntentState } from '../src/models/execution_intent.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
+import type { IntentRow, IntentsBatch, IntentState } from '../src/types/commands.ts'
 
-const STATES = ['pending', 'unknown', 'needs_attention', 'refused', 'failed', 'succeeded']
+/** Every `--state` value, each once (a state missing or unknown here does not compile). */
+const STATES = Object.keys({
+  pending: true,
+  unknown: true,
+  needs_attention: true,
+  refused: true,
+  failed: true,
+  succeeded: true,
+} satisfies Record<IntentState, true>) as IntentState[]
 const RESOLUTIONS = ['sent', 'not-sent'] as const
 
-type Result = IntentView[] | IntentView | BatchView
+type Result = IntentRow[] | IntentRow | IntentsBatch
+
+/** What `--resolve` and `--retry` take, for their help and their refusal. */
+const REF_FORMS = `an intent id (the listing's Id, 1 to ${MAX_INT32}), its payout id (a UUID) or the app's idempotency key`
 
 /**
  * Execution intents for an operator: the ones whose outcome is unknown, that wait for a
@@ -20,26 +32,44 @@ export default class PayoutsIntents extends PayoutsCommand<Result> {
     "List execution intents (unknown, needs attention, refused); --resolve <id> --as=sent|not-sent records a check, --retry <id> re-sends with the original key, --batch <key> lists a batch's chunks (state, rows, created, refused)"
 
   static help = [
+    '--resolve and --retry take one intent, named by any id an operator has in hand:',
+    "  its Id in the listing (42), its payout id (a UUID, once it made one), or the app's",
+    '  idempotency key (the key given to execute; keys are unique within an account, and',
+    '  --account picks the account). A value that names two intents (a key that is also',
+    "  another intent's id) is refused, nothing done: say which with id:42, payout:<uuid>",
+    '  or key:<key>. A value that names none exits 1 too.',
+    '',
     'A batch (payouts.executeBatch, node ace payouts:batch) is one intent per chunk of up to 100 rows:',
     '  {{ binaryName }} payouts:intents --batch csv-3f1c9a0e5b7d2c4a8e6f1b3d5a7c9e0f',
     "lists its chunks from the ledger alone (no request): each chunk's intent id, state, attempts,",
     'rows, and how many were created, refused, or are still open. Exit code 1 when no chunk of the',
     'key is stored. With --json: {"key","complete","counts","chunks":[{"chunk","intentId","state",...}]}.',
+    '',
+    'With --json the listing is an array of intents (the IntentRow type of @svc/adonis-payouts/types,',
+    'docs/production.md), --resolve and --retry print the one intent, --batch an IntentsBatch.',
   ]
 
-  @flags.array({ description: `States to list (default: unknown, needs_attention, refused)` })
+  @flags.array({
+    description: `States to list: ${STATES.join(', ')} (default: unknown, needs_attention, refused)`,
+  })
   declare state?: string[]
 
   @flags.number({ description: 'At most this many intents, newest first', default: 50 })
   declare limit: number
 
-  @flags.string({ description: 'Intent id to settle after checking at the service (needs --as)' })
+  @flags.string({
+    description:
+      "Intent to settle after checking at the service (needs --as): its Id, payout id or the app's idempotency key",
+  })
   declare resolve?: string
 
   @flags.string({ description: 'sent or not-sent: what the check at the service found' })
   declare as?: string
 
-  @flags.string({ description: 'Intent id to re-send with its original Idempotency-Key' })
+  @flags.string({
+    description:
+      "Intent to re-send with its original Idempotency-Key: its Id, payout id or the app's idempotency key",
+  })
   declare retry?: string
 
   @flags.string({
@@ -63,14 +93,13 @@ export default class PayoutsIntents extends PayoutsCommand<Result> {
         return this.refuse(`--batch takes a batch key (A-Z a-z 0-9 _ -), not "${this.batch}"`)
       }
     }
+    const { readIntentRef } = await import('../src/commands/intent_ref.ts')
     for (const [flag, value] of [
       ['--resolve', this.resolve],
       ['--retry', this.retry],
     ] as const) {
-      if (value !== undefined && (!/^[1-9]\d*$/.test(value) || Number(value) > MAX_INT32)) {
-        return this.refuse(
-          `${flag} takes an intent id (a number from 1 to ${MAX_INT32}), not "${value}". Nothing done`
-        )
+      if (value !== undefined && !readIntentRef(value)) {
+        return this.refuse(`${flag} takes ${REF_FORMS}, not "${value}". Nothing done`)
       }
     }
     if (this.resolve !== undefined && !RESOLUTIONS.includes(this.as as 'sent')) {
@@ -93,20 +122,36 @@ export default class PayoutsIntents extends PayoutsCommand<Result> {
         )
       }
       const { batchViewOf } = await import('../src/service/intents_desk.ts')
-      return batchViewOf(batch)
+      return batchOf(batchViewOf(batch))
     }
     if (this.resolve !== undefined) {
       this.failure = 'Resolve failed'
-      return payouts.intents.resolve(Number(this.resolve), this.as as 'sent' | 'not-sent')
+      const id = await this.#intentId(payouts, this.resolve, 'resolved')
+      return rowOf(await payouts.intents.resolve(id, this.as as 'sent' | 'not-sent'))
     }
     if (this.retry !== undefined) {
       this.failure = 'Retry failed'
-      return payouts.intents.retry(Number(this.retry))
+      return rowOf(
+        await payouts.intents.retry(await this.#intentId(payouts, this.retry, 're-sent'))
+      )
     }
-    return payouts.intents.list({
+    const views = await payouts.intents.list({
       states: this.state as IntentState[] | undefined,
       limit: this.limit,
     })
+    return views.map(rowOf)
+  }
+
+  /** The id of the one intent of the account that `text` names (see `intentIdOf`). */
+  async #intentId(payouts: PayoutsService, text: string, verb: string): Promise<number> {
+    const { intentIdOf, readIntentRef } = await import('../src/commands/intent_ref.ts')
+    const ref = readIntentRef(text) as IntentRef
+    if (!payouts.config.ledger.enabled) {
+      const { E_PAYOUTS_FEATURE_DISABLED } = await import('../src/errors.ts')
+      throw new E_PAYOUTS_FEATURE_DISABLED(['ledger'])
+    }
+    const db = await this.app.container.make('lucid.db')
+    return intentIdOf(db, payouts.config, ref, verb)
   }
 
   protected print(result: Result) {
@@ -120,7 +165,7 @@ export default class PayoutsIntents extends PayoutsCommand<Result> {
       this.logger.info('No execution intent in these states')
       return
     }
-    const table = this.ui.table()
+    const table = this.table()
     table.head(['Id', 'State', 'Flow', 'Amount', 'Attempts', 'Created', 'Retry?', 'Note'])
     for (const intent of result) {
       table.row([
@@ -146,8 +191,8 @@ export default class PayoutsIntents extends PayoutsCommand<Result> {
     }
   }
 
-  #printBatch(batch: BatchView) {
-    const table = this.ui.table()
+  #printBatch(batch: IntentsBatch) {
+    const table = this.table()
     table.head([
       'Chunk',
       'Intent',
@@ -178,5 +223,57 @@ export default class PayoutsIntents extends PayoutsCommand<Result> {
     const summary = `Batch ${batch.key}: ${batch.chunks.length} chunk(s) stored, ${created} created, ${refused} refused, ${open} open`
     if (batch.complete) this.logger.success(`${summary}: complete`)
     else this.logger.warning(`${summary}: not complete (run it again, or see the chunks above)`)
+  }
+}
+
+/** An intent as `--json` prints it: the documented keys (`IntentRow`), each always present. */
+function rowOf(view: IntentView): IntentRow {
+  return {
+    id: view.id,
+    state: view.state,
+    flow: view.flow,
+    amount: typeof view.amount === 'number' ? view.amount : null,
+    fromCurrency: typeof view.fromCurrency === 'string' ? view.fromCurrency : null,
+    toCurrency: typeof view.toCurrency === 'string' ? view.toCurrency : null,
+    recipientId: typeof view.recipientId === 'string' ? view.recipientId : null,
+    ownerId: view.ownerId,
+    attempts: view.attempts,
+    payoutUuid: view.payoutUuid,
+    note: view.note,
+    createdAt: view.createdAt,
+    lastAttemptAt: view.lastAttemptAt,
+    retryable: view.retryable,
+    batch: view.batch
+      ? { chunk: view.batch.chunk, chunks: view.batch.chunks, rows: view.batch.rows }
+      : null,
+    candidates:
+      view.candidates?.map((payout) => ({
+        payoutUuid: payout.payoutUuid,
+        status: payout.status,
+        amount: payout.amount,
+        fromCurrency: payout.fromCurrency,
+        toCurrency: payout.toCurrency,
+        createdAt: payout.createdAt,
+      })) ?? null,
+  }
+}
+
+/** A batch as `--batch --json` prints it (`IntentsBatch`). */
+function batchOf(view: BatchView): IntentsBatch {
+  return {
+    key: view.key,
+    complete: view.complete,
+    counts: { ...view.counts },
+    chunks: view.chunks.map((chunk) => ({
+      chunk: chunk.chunk,
+      intentId: chunk.intentId,
+      state: chunk.state,
+      attempts: chunk.attempts,
+      rows: chunk.rows,
+      created: chunk.created,
+      refused: chunk.refused,
+      open: chunk.open,
+      note: chunk.note,
+    })),
   }
 }

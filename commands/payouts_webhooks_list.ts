@@ -15,7 +15,7 @@ export default class PayoutsWebhooksList extends PayoutsCommand<Result> {
   }
 
   protected print(subscriptions: Result) {
-    const table = this.ui.table()
+    const table = this.table()
     table.head(['Id', 'URL', 'Events', 'Active', 'Secret kept here'])
     for (const s of subscriptions) {
       table.row([

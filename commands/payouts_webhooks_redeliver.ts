@@ -6,12 +6,11 @@ type Result = Awaited<ReturnType<PayoutsService['webhooks']['replayDelivery']>>
 
 /**
  * Asks the service to deliver a webhook delivery again. Named apart from `payouts:replay`,
- * which re-runs deliveries already stored in this app.
+ * which re-runs deliveries already stored in this app. Its former name,
+ * `payouts:deliveries:replay`, runs it with a deprecation notice (payouts_deliveries_replay.ts).
  */
 export default class PayoutsWebhooksRedeliver extends PayoutsCommand<Result> {
   static commandName = 'payouts:webhooks:redeliver'
-  /** The name before 0.x; kept for one release. */
-  static aliases = ['payouts:deliveries:replay']
   static description =
     'Ask the service to send a webhook delivery again (new Svc-Delivery-Id); payouts:replay re-runs what this app stored'
 

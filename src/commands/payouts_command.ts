@@ -1,3 +1,4 @@
+import { stripVTControlCharacters } from 'node:util'
 import { BaseCommand, flags } from '@adonisjs/core/ace'
 import type { CommandOptions, FlagsParserOptions } from '@adonisjs/core/types/ace'
 import { PayoutsNetworkError, PayoutsTimeoutError } from '../client/errors.ts'
@@ -73,6 +74,25 @@ export abstract class PayoutsCommand<Result> extends SwitchesCommand {
       return this.refuse(`--limit must be a positive whole number, not "${limit}"`)
     }
     return true
+  }
+
+  /**
+   * A table for `print`, with no colour code when the output has none (piped, redirected,
+   * `--no-ansi`): the kernel's colours follow the terminal, but cli-table3 draws its borders
+   * dim whatever the stream is.
+   */
+  protected table() {
+    const table = this.ui.table()
+    if (this.colors.green('x') !== 'x') return table
+    const renderer = table.getRenderer()
+    return table.useRenderer({
+      getLogs: () => renderer.getLogs(),
+      flushLogs: () => renderer.flushLogs(),
+      log: (message) => renderer.log(stripVTControlCharacters(message)),
+      logError: (message) => renderer.logError(stripVTControlCharacters(message)),
+      logUpdate: (message) => renderer.logUpdate(stripVTControlCharacters(message)),
+      logUpdatePersist: () => renderer.logUpdatePersist(),
+    })
   }
 
   /**

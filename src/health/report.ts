@@ -1,6 +1,7 @@
 import type { Database } from '@adonisjs/lucid/database'
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
 import { redactCredentials } from '../client/redact.ts'
+import { isDatabaseError } from '../safe_error.ts'
 import { dbDate, fromDbDate } from '../database/dates.ts'
 import { isDeadlineError, withDeadline } from '../time_bounds.ts'
 import { dropIdleConnections, withStatementTimeout } from '../database/deadline.ts'
@@ -187,11 +188,48 @@ async function ledgerLines(
   return { lines, lastEventReceivedAt: last?.toISOString() ?? null }
 }
 
-/** A database error in a line: its own words, without the SQL statement knex puts first. */
+/** A driver's code for a database that could not be reached or stopped answering. */
+const UNANSWERED =
+  /^(ECONN\w+|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN|EPIPE|PROTOCOL_CONNECTION_LOST)$/
+
+/**
+ * What the database did, for a report anyone reading the health route may see: its driver's
+ * code alone ("did not answer (ECONNREFUSED)", "answered with an error (42P01)"), never the
+ * statement, its values, or the server's address. Null for an error that is not the
+ * database's. In the health path the client's own network errors are wrapped
+ * (`PayoutsNetworkError`): a bare socket error (`syscall`) is the database driver's.
+ */
+export function databaseFailure(error: unknown): string | null {
+  const { name, code, syscall } = (error ?? {}) as {
+    name?: unknown
+    code?: unknown
+    syscall?: unknown
+  }
+  if (name === 'KnexTimeoutError') return 'did not answer (no pooled connection in time)'
+  if (typeof syscall !== 'string' && !isDatabaseError(error)) return null
+  const known = typeof code === 'string' || typeof code === 'number' ? String(code) : null
+  if (typeof syscall === 'string' || (known && UNANSWERED.test(known))) {
+    return known ? `did not answer (${known})` : 'did not answer'
+  }
+  return known ? `answered with an error (${known})` : 'failed'
+}
+
+/** A database error in a line, by its code (`databaseFailure`); any other by its message. */
 function databaseError(error: unknown): string {
-  const { message, code } = error as { message?: string; code?: unknown }
-  const text = String(message ?? error).replace(/^\s*(select|with)\b[\s\S]*? - /i, '')
-  return typeof code === 'string' && !text.includes(code) ? `${text} (${code})` : text
+  const failure = databaseFailure(error)
+  if (failure) return failure
+  return `failed: ${redactCredentials(String((error as Error)?.message ?? error))}`
+}
+
+/**
+ * Why a whole report could not be read, in one phrase: a database error by its code alone
+ * ("the database did not answer (ECONNREFUSED)"), any other error by its message, with the
+ * credentials of any URL in it redacted.
+ */
+export function unreadableReason(error: unknown): string {
+  const failure = databaseFailure(error)
+  if (failure) return `the database ${failure}`
+  return redactCredentials((error as Error)?.message ?? String(error))
 }
 
 /**
@@ -228,7 +266,7 @@ async function readLedger(db: Database, config: HealthConfig, now: number, since
     const timedOut = isDeadlineError(error) || (error as Error)?.name === 'KnexTimeoutError'
     const message = timedOut
       ? `database connection "${name}" did not answer within ${timeoutMs} ms (health.timeoutMs)`
-      : `database connection "${name}" failed: ${databaseError(error)}`
+      : `database connection "${name}" ${databaseError(error)}`
     const database: HealthLine = { status: 'error', value: null, message }
     return { lines: { database }, lastEventReceivedAt: null }
   }
@@ -302,8 +340,7 @@ export function unreadableReport(
   config: Pick<PayoutsConfig, 'account' | 'apiKey' | 'environment' | 'baseUrl' | 'events'>,
   error: unknown
 ): PayoutsHealthReport {
-  const reason = redactCredentials((error as Error)?.message ?? String(error))
-  const message = `could not read the health of account ${config.account}: ${reason}`
+  const message = `could not read the health of account ${config.account}: ${unreadableReason(error)}`
   return {
     status: 'error',
     message,

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import { test } from '@japa/runner'
 import PayoutsIntents from '../../commands/payouts_intents.ts'
 import { dbDate } from '../../src/database/dates.ts'
@@ -57,7 +58,10 @@ test.group(`payouts:intents (${TEST_DB})`, () => {
 
     for (const [args, reason] of [
       [['--retry=99999'], /No execution intent with id 99999; nothing re-sent/],
-      [['--retry=abc'], /--retry takes an intent id/],
+      [
+        ['--retry=abc'],
+        /--retry takes an intent id .*, its payout id \(a UUID\) or the app's idempotency key, not "abc"/,
+      ],
       [[`--resolve=${third.id}`], /--resolve needs --as=sent or --as=not-sent/],
       [[`--resolve=${third.id}`, '--as=maybe'], /--resolve needs --as=sent/],
       [['--as=sent'], /--as goes with --resolve/],
@@ -67,6 +71,96 @@ test.group(`payouts:intents (${TEST_DB})`, () => {
       bad.assertFailed()
       bad.assertLogMatches(reason)
     }
+  })
+
+  test("--resolve and --retry take the listing's id, the payout id or the app's key; an unknown or ambiguous one exits 1 and changes nothing", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { app, run, emu } = await setup(cleanup, { retry: { maxRetries: 0 } })
+    const db = await app.app.container.make('lucid.db')
+    const intents = `${app.prefix}execution_intents`
+    // Unknown intents (the service errs), each under a key of the app's: a UUID is a key too.
+    const keys = ['order-0001', 'order-0002', 'order-0003', randomUUID(), 'order-0005']
+    emu.admin.setFaults({ errorRate: 1, pathPrefixes: ['/rfq/execute'] })
+    for (const [index, idempotencyKey] of keys.entries()) {
+      const body = { ...executeBodies(emu).stable, amount: 30 + index }
+      await assert.rejects(() => app.payouts.execute(body, { idempotencyKey }))
+    }
+    emu.admin.setFaults({})
+    const rows = await db.from(intents).orderBy('id').select('id', 'idempotency_key')
+    const idOf = (key: string) => Number(rows.find((row) => row.idempotency_key === key).id)
+    const stateOf = async (id: number) => (await db.from(intents).where('id', id).first()).state
+    const states = async () =>
+      (await db.from(intents).orderBy('id').select('id', 'state')).map((row) => ({ ...row }))
+    // An intent that holds a payout id (as one does once the service answered), and another
+    // whose key is that same payout id: the UUID alone names both.
+    const payoutId = keys[3]
+    const holder = idOf('order-0005')
+    await db.from(intents).where('id', holder).update({ payout_uuid: payoutId })
+
+    const byId = await run(PayoutsIntents, [`--resolve=${idOf('order-0001')}`, '--as=sent'])
+    byId.assertSucceeded()
+    assert.equal(await stateOf(idOf('order-0001')), 'succeeded')
+
+    const byKey = await run(PayoutsIntents, ['--resolve', 'order-0002', '--as=not-sent', '--json'])
+    byKey.assertSucceeded()
+    assert.include(jsonOf(byKey), { id: idOf('order-0002'), state: 'failed' })
+    assert.equal(await stateOf(idOf('order-0002')), 'failed')
+
+    // A key matches as written: another case is another key.
+    const before = await states()
+    for (const [args, reason] of [
+      [
+        ['--resolve=ORDER-0003', '--as=sent'],
+        /No execution intent with idempotency key "ORDER-0003"; nothing resolved/,
+      ],
+      [
+        ['--resolve=order-9999', '--as=sent'],
+        /No execution intent with idempotency key "order-9999"; nothing resolved/,
+      ],
+      [['--resolve=99999', '--as=sent'], /No execution intent with id 99999; nothing resolved/],
+      [
+        [`--resolve=${randomUUID()}`, '--as=sent'],
+        /No execution intent with payout id .* or idempotency key/,
+      ],
+      [
+        [`--resolve=${payoutId}`, '--as=sent'],
+        new RegExp(
+          `"${payoutId}" names 2 execution intents \\(intent ${idOf(payoutId)} by its idempotency key .*intent ${holder} by its payout id .*\\); nothing resolved\\. Say which: id:<id>, payout:<payout id> or key:<key>`
+        ),
+      ],
+      [[`--retry=${payoutId}`], /names 2 execution intents .*; nothing re-sent/],
+      [['--resolve=id:order-0003', '--as=sent'], /--resolve takes an intent id/],
+      [['--resolve=order 3', '--as=sent'], /--resolve takes an intent id/],
+    ] as const) {
+      const refused = await run(PayoutsIntents, [...args])
+      refused.assertFailed()
+      assert.equal(refused.exitCode, 1)
+      refused.assertLogMatches(reason)
+    }
+    assert.deepEqual(await states(), before, 'nothing changed')
+
+    // A key is unique within its account only: another account's intent is never found.
+    await db.from(intents).where('id', idOf('order-0003')).update({ account: 'eu' })
+    const other = await run(PayoutsIntents, ['--resolve=order-0003', '--as=sent'])
+    other.assertFailed()
+    other.assertLogMatches(/No execution intent with idempotency key "order-0003"/)
+    assert.equal(await stateOf(idOf('order-0003')), 'unknown')
+
+    // Said which, each resolves its own.
+    const byPayout = await run(PayoutsIntents, [
+      `--resolve=payout:${payoutId.toUpperCase()}`,
+      '--as=sent',
+    ])
+    byPayout.assertSucceeded()
+    byPayout.assertLogMatches(
+      new RegExp(`Intent ${holder} is now succeeded \\(payout ${payoutId}\\)`)
+    )
+    assert.equal(await stateOf(idOf(payoutId)), 'unknown')
+    const byNamedKey = await run(PayoutsIntents, [`--retry=key:${payoutId}`, '--json'])
+    byNamedKey.assertSucceeded()
+    assert.include(jsonOf(byNamedKey), { id: idOf(payoutId), state: 'succeeded' })
   })
 
   test('--batch <key> lists the chunks of a batch from the ledger; an unknown key exits 1', async ({

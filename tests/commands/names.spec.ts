@@ -1,6 +1,7 @@
 import { readdir } from 'node:fs/promises'
 import { test } from '@japa/runner'
 import { Kernel, ListLoader } from '@adonisjs/core/ace'
+import PayoutsDeliveriesReplay from '../../commands/payouts_deliveries_replay.ts'
 import PayoutsReplay from '../../commands/payouts_replay.ts'
 import PayoutsWebhooksRedeliver from '../../commands/payouts_webhooks_redeliver.ts'
 
@@ -19,7 +20,14 @@ test.group('Command names', () => {
     await kernel.boot()
 
     assert.strictEqual(await kernel.find('payouts:webhooks:redeliver'), PayoutsWebhooksRedeliver)
-    assert.strictEqual(await kernel.find('payouts:deliveries:replay'), PayoutsWebhooksRedeliver)
+    // The former name is a command of its own (it says it is deprecated), the same one beneath.
+    const former = await kernel.find('payouts:deliveries:replay')
+    assert.strictEqual(former, PayoutsDeliveriesReplay)
+    assert.strictEqual(Object.getPrototypeOf(former), PayoutsWebhooksRedeliver)
+    assert.match(
+      former.description,
+      /^Deprecated \(removed in 0\.2\.0\): use payouts:webhooks:redeliver$/
+    )
     assert.strictEqual(await kernel.find('payouts:replay'), PayoutsReplay)
     // Each name and alias belongs to one command.
     const names = commands.flatMap((command) => [command.commandName, ...command.aliases])

@@ -259,7 +259,7 @@ test.group(`Commands refuse what they do not understand (${TEST_DB})`, () => {
     assertRefused(assert, extra, /^Unknown argument "now"/)
   })
 
-  test("payouts:intents refuses an id beyond the ledger's range before any SQL; a database error is told without SQL", async ({
+  test("payouts:intents refuses what names no intent before any SQL, never sends an id beyond the ledger's range; a database error is told without SQL", async ({
     assert,
     cleanup,
   }) => {
@@ -271,13 +271,36 @@ test.group(`Commands refuse what they do not understand (${TEST_DB})`, () => {
       .getWriteClient()
       .on('query', (query: { sql: string }) => void statements.push(query.sql))
     for (const args of [
-      ['--retry', '99999999999999999999'],
-      ['--resolve=2147483648', '--as=sent'],
+      ['--retry', '0'],
+      ['--retry=-3'],
+      ['--resolve=1.5', '--as=sent'],
+      ['--resolve=id:2147483648', '--as=sent'],
     ]) {
       const refused = await run(PayoutsIntents, args)
-      assertRefused(assert, refused, /^--(retry|resolve) takes an intent id \(a number from 1 to/)
+      assertRefused(
+        assert,
+        refused,
+        /^--(retry|resolve) takes an intent id \(the listing's Id, 1 to 2147483647\)/
+      )
     }
     assert.deepEqual(statements, [], 'no statement was sent')
+    // A number past the ids may be an app's key: looked up as a key alone, no id in the SQL.
+    for (const [args, verb] of [
+      [['--retry', '99999999999999999999'], 'Retry failed'],
+      [['--resolve=2147483648', '--as=sent'], 'Resolve failed'],
+    ] as const) {
+      const refused = await run(PayoutsIntents, [...args])
+      assertRefused(
+        assert,
+        refused,
+        new RegExp(
+          `^${verb}: No execution intent with idempotency key "\\d+" \\(an intent id is at most 2147483647\\); nothing`
+        )
+      )
+    }
+    assert.lengthOf(statements, 2)
+    for (const statement of statements) assert.notMatch(statement, /"?id"? *=/)
+    statements.length = 0
 
     // A real database error, reported by a command: its message, never the statement.
     app.payouts.prune = (async () => db.from(`${app.prefix}no_such_table`).select('id')) as any

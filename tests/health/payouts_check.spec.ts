@@ -77,6 +77,10 @@ const logsOf = (command: any) =>
     .map((log: any) => log.message)
     .join('\n')
 
+/** The last line the command logged, and its stream. */
+const lastLog = (command: any): { message: string; stream: string } =>
+  command.logger.getLogs().at(-1)
+
 test.group(`Health check (${TEST_DB})`, () => {
   test('a healthy integration is ok through HealthChecks, with the report as meta', async ({
     assert,
@@ -242,7 +246,7 @@ test.group(`payouts:status (${TEST_DB})`, () => {
     assert.match(logs, /sinceLastEventMs.*ok.*no event received yet/)
   })
 
-  test('exits 1 with the reason whenever a line is not ok: a warning, an error', async ({
+  test('exits 1 with the reason whenever a line is not ok: a warning labelled warn, an error labelled error, on stderr', async ({
     assert,
     cleanup,
   }) => {
@@ -250,8 +254,14 @@ test.group(`payouts:status (${TEST_DB})`, () => {
     await deliverDeadLetter(app)
     const warned = await status(app)
     warned.assertFailed()
+    assert.equal(warned.exitCode, 1)
     assert.match(logsOf(warned), /deadLetters.*warning.*1 dead letters/)
-    assert.match(logsOf(warned), /payouts:status warning: 1 dead letters .*warning at 1/)
+    assert.deepInclude(lastLog(warned), {
+      stream: 'stderr',
+      message:
+        '[ yellow(warn) ] payouts:status warning: 1 dead letters (payouts:replay requeues them) (warning at 1)',
+    })
+    assert.notMatch(logsOf(warned), /error/)
 
     const backlogged = await startAppOnEmulator(cleanup, {
       health: { inboxBacklog: { warning: null, error: 1 } },
@@ -260,7 +270,12 @@ test.group(`payouts:status (${TEST_DB})`, () => {
     const failed = await status(backlogged.app)
     failed.assertFailed()
     assert.match(logsOf(failed), /inboxBacklog.*error.*1 inbox rows not processed/)
-    assert.match(logsOf(failed), /payouts:status error: 1 inbox rows not processed/)
+    assert.equal(failed.exitCode, 1)
+    assert.deepInclude(lastLog(failed), { stream: 'stderr' })
+    assert.match(
+      lastLog(failed).message,
+      /^\[ red\(error\) \] payouts:status error: 1 inbox rows not processed/
+    )
   })
 
   test('contacts the service: down exits 1 naming the base URL; --json has camelCase keys', async ({
