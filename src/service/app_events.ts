@@ -37,7 +37,7 @@ export function changeEventNames(change: PayoutChange): ChangeEventName[] {
  * What names one event among those of its name, built only from what a re-emission after a
  * crash carries again. A change's events share its eventId and differ by name; an escrow
  * confirmation is one per quote, a failed one per quote and transaction; a payout is reported
- * stuck once. A record, so an event added to the list without a rule fails to compile.
+ * stuck once; a stored delivery is told once. A record, so an event added to the list without a rule fails to compile.
  */
 const SUBJECTS: { [Name in PayoutsEventName]: (payload: PayoutsEventPayload<Name>) => string } = {
   'payouts:created': (event) => event.eventId,
@@ -48,6 +48,8 @@ const SUBJECTS: { [Name in PayoutsEventName]: (payload: PayoutsEventPayload<Name
   'payouts:escrow_confirmed': (event) => event.quoteId,
   'payouts:escrow_confirmation_failed': (event) => `${event.quoteId}:${event.txHash ?? ''}`,
   'payouts:stuck': (event) => event.payoutId,
+  // Unique within its account, and fired once: a redelivery of a stored id fires nothing.
+  'payouts:webhook_received': (event) => event.deliveryId,
 }
 
 /**

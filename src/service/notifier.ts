@@ -6,7 +6,14 @@ import { channels as tracing, traced } from '../tracing/channels.ts'
 import type { PayoutsConfig } from '../define_config.ts'
 import type { ChangeListener } from '../ledger/payout_outbox.ts'
 import { toChangedEvent, type PayoutChange } from '../ledger/vocabulary.ts'
-import type { EscrowEvent, PayoutChangedEvent } from '../types/events.ts'
+import type {
+  EscrowEvent,
+  PayoutChangedEvent,
+  WebhookReceivedEvent,
+  WebhookType,
+  WithEventKey,
+} from '../types/events.ts'
+import type { DeliveryListener } from '../webhooks/webhook_received.ts'
 import {
   changeEventNames,
   withEventKey,
@@ -63,7 +70,7 @@ export interface PayoutsNotifierOptions {
  * and each channel's broadcast is attempted on its own, and a failure is logged, never
  * thrown back at the work that committed.
  */
-export class PayoutsNotifier implements ChangeListener {
+export class PayoutsNotifier implements ChangeListener, DeliveryListener {
   #options: PayoutsNotifierOptions
   #transmit?: ChannelBroadcaster
   /** The relay broadcasts every change (`transmit.relay`): this process does not do it directly. */
@@ -109,6 +116,30 @@ export class PayoutsNotifier implements ChangeListener {
       )
       return false
     }
+  }
+
+  /**
+   * A delivery stored (the route's once answered, the stream's): `payouts:webhook_received`,
+   * its listeners bounded and isolated as every event's. Never rejects.
+   */
+  async onDelivery(event: WebhookReceivedEvent): Promise<void> {
+    await this.emit('payouts:webhook_received', event)
+  }
+
+  /**
+   * Listens to `payouts:webhook_received` for one delivery type of this account, its `data`
+   * typed by `PayoutsWebhookTypes`. Answers the function that stops listening.
+   */
+  onWebhook<Type extends WebhookType>(
+    type: Type,
+    handler: (event: WithEventKey<WebhookReceivedEvent<Type>>) => void | Promise<void>
+  ): () => void {
+    const { emitter } = this.#options
+    if (!emitter) throw new Error('payouts.onWebhook needs the app emitter')
+    return emitter.on('payouts:webhook_received', (event) => {
+      if (event.type !== type || event.account !== this.#account) return
+      return handler(event as WithEventKey<WebhookReceivedEvent<Type>>)
+    })
   }
 
   /**

@@ -15,6 +15,7 @@ import type { ReplayFilter } from './inbox_view.ts'
 import type { RecipientsMirror } from '../ledger/recipients_mirror.ts'
 import type { PayoutsFake, PayoutsFakeOptions } from '../testing/payouts_fake.ts'
 import type { SecretStore } from '../webhooks/secret_store.ts'
+import type { WebhookReceivedEvent, WebhookType, WithEventKey } from '../types/events.ts'
 import { BackgroundWork } from './background_work.ts'
 import { LiveConnection, type PayoutsConnection } from './connection.ts'
 import { PayoutsNotifier, type ChannelAuthorizers, type ChannelBroadcaster } from './notifier.ts'
@@ -93,6 +94,17 @@ export class PayoutsService {
         httpServer: this.#deps.httpServer,
         // Without a ledger there is no inbox: the deliveries were answered, nothing to process.
         drainInbox: () => (this.#ledgerEnabled() ? this.drainInbox() : Promise.resolve(0)),
+        // The deliveries answered: their payouts:webhook_received listeners done.
+        deliveriesTold: async () => {
+          if (!this.#ledgerEnabled()) return
+          const { receiver } = await this.#partsOf()
+          await receiver.told()
+        },
+        // `await using`: restores this service (every account, on the manager) unless
+        // another fake replaced this one since.
+        restore: async (connection) => {
+          if (this.#connection === connection) await this.restore()
+        },
       },
       options
     )
@@ -303,6 +315,18 @@ export class PayoutsService {
       return ctx.response.status(503).send({ error: 'temporarily unavailable' })
     }
     return parts.receiver.handle(ctx)
+  }
+
+  /**
+   * Listens to `payouts:webhook_received` for one delivery type, mapped or not, of this
+   * service's account (the manager's: the default one's), its `data` typed by
+   * `PayoutsWebhookTypes`. Answers the function that stops listening (README, Events).
+   */
+  onWebhook<Type extends WebhookType>(
+    type: Type,
+    handler: (event: WithEventKey<WebhookReceivedEvent<Type>>) => void | Promise<void>
+  ): () => void {
+    return this.#notifier.onWebhook(type, handler)
   }
 
   /** Reads quiet non-terminal payouts and applies what the service says (source `poll`). */

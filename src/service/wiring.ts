@@ -16,6 +16,7 @@ import type { InboxProcessor } from '../webhooks/inbox_processor.ts'
 import type { InboxStore } from '../webhooks/inbox_store.ts'
 import type { SecretCipher, SecretStore } from '../webhooks/secret_store.ts'
 import type { WebhookReceiver } from '../webhooks/webhook_receiver.ts'
+import type { DeliveryListener } from '../webhooks/webhook_received.ts'
 import type { PayoutsConnection } from './connection.ts'
 import { relayEnabled, type PayoutsNotifier } from './notifier.ts'
 
@@ -63,6 +64,8 @@ export interface ServiceParts {
   processor: InboxProcessor
   /** The signed webhook route: verify, store, acknowledge, kick the processor. */
   receiver: WebhookReceiver
+  /** Told of each delivery the route or the stream stored: the notifier. */
+  deliveries: DeliveryListener
 }
 
 /** Everything `buildParts` wires together. */
@@ -247,6 +250,8 @@ export async function buildParts({
     secrets: acceptedSecrets,
     // In worker mode the worker's loop picks the row up; this process only stores it.
     processor: config.webhook.processing === 'worker' ? null : processor,
+    // payouts:webhook_received, in this process (the one that stored), in worker mode too.
+    deliveries: notifier,
     toleranceSeconds: config.webhook.toleranceSeconds,
     maxBodyBytes: config.webhook.maxBodyBytes,
     ackTimeoutMs: config.webhook.ackTimeoutMs,
@@ -263,6 +268,7 @@ export async function buildParts({
     inbox,
     processor,
     receiver,
+    deliveries: notifier,
     secrets,
     acceptedSecrets,
   }

@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { Dispatcher } from 'undici'
 import { PayoutsClient } from '../client/main.ts'
 import type { PayoutsConfig } from '../define_config.ts'
+import type { PayoutsConnection } from '../service/connection.ts'
 import { E_PAYOUTS_FAKE } from '../errors.ts'
 import { PayoutsEmulator } from '../emulator/emulator.ts'
 import type { FaultConfig } from '../emulator/faults.ts'
@@ -36,6 +37,13 @@ export interface FakeBinding {
   }>
   /** Processes every stored delivery now (the service's `drainInbox`). */
   drainInbox: () => Promise<unknown>
+  /** Resolves once the deliveries stored so far were told (`payouts:webhook_received`). */
+  deliveriesTold?: () => Promise<void>
+  /**
+   * Puts the service's real connection back, as `payouts.restore()` does, if the fake whose
+   * connection this is still stands in for it (`await using`).
+   */
+  restore?: (connection: PayoutsConnection) => Promise<void>
 }
 
 /** The host of the fake's own subscription: a reserved name, reached in-process only. */

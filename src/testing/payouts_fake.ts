@@ -35,8 +35,11 @@ export type PayoutRef = string | { payoutUuid: string } | { payoutId: string }
  *
  * Every method that moves a payout returns once the deliveries it caused were answered by
  * the app and processed by its inbox (see `settle`).
+ *
+ * `await using fake = await payouts.fake()` restores the service when the block ends
+ * (`Symbol.asyncDispose`), as `payouts.restore()` does.
  */
-export class PayoutsFake {
+export class PayoutsFake implements AsyncDisposable {
   /** The in-process emulator behind the fake: its admin, clock and state. */
   readonly emulator: PayoutsEmulator
   /** The client the service uses while faked (reaches the emulator in-process). */
@@ -89,14 +92,16 @@ export class PayoutsFake {
   }
 
   /**
-   * Lets every due delivery reach the app, waits for the app's answers, then processes
-   * the app's inbox. Throws when the app refused a delivery (no route, a bad secret, ...),
-   * naming the delivery and the status it answered.
+   * Lets every due delivery reach the app, waits for the app's answers and for the
+   * `payouts:webhook_received` listeners of what it stored, then processes the app's inbox.
+   * Throws when the app refused a delivery (no route, a bad secret, ...), naming the
+   * delivery and the status it answered.
    */
   async settle() {
     this.#live()
     await this.emulator.admin.advance(0)
     await this.emulator.admin.settle()
+    await this.#binding.deliveriesTold?.()
     await this.#binding.drainInbox()
     this.#reportRefusedDeliveries()
   }
@@ -297,6 +302,17 @@ export class PayoutsFake {
     await this.client.close()
     await this.emulator.close()
     await this.#closeApp()
+  }
+
+  /**
+   * `await using`: when the block ends, the service gets its real connection back (every
+   * account's, for the manager's fake), as `payouts.restore()` gives it; a fake another
+   * `payouts.fake()` replaced since is only closed. Async only: the restore waits for the
+   * inbox's processing and closes the emulator, so there is no `Symbol.dispose`.
+   */
+  async [Symbol.asyncDispose]() {
+    await this.#binding.restore?.(this.connection)
+    await this.close()
   }
 
   /** A restored fake answers nothing: its emulator is gone, and its answers would mislead. */

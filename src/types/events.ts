@@ -1,4 +1,6 @@
+import type { z } from 'zod'
 import type { PayoutStatus, PayoutStep } from '../schemas/common.ts'
+import type { payoutCreatedDataSchema, payoutStatusUpdatedDataSchema } from '../schemas/events.ts'
 
 /** Where an observation of a payout came from. */
 export type ObservationSource = 'execute' | 'webhook' | 'websocket' | 'poll' | 'recovery'
@@ -48,6 +50,53 @@ export interface PayoutStuckEvent {
   since: string
 }
 
+/** Where a stored delivery came from: the signed webhook route, or the WebSocket stream. */
+export type DeliverySource = 'webhook' | 'websocket'
+
+/**
+ * The `data` of each delivery type the plugin knows, as the service sends it: the plugin
+ * checks it before telling (a delivery that fails the check is dead-lettered, and fires no
+ * `payouts:webhook_received`). An app declares the types it handles itself the same way, and
+ * `payouts.onWebhook(type, ...)` gives their `data` that type (an app's declaration, unchecked):
+ *
+ * ```ts
+ * declare module '@svc/adonis-payouts/types' {
+ *   interface PayoutsWebhookTypes {
+ *     'payout.delivered': { payoutId: string; deliveredAt: string }
+ *   }
+ * }
+ * ```
+ */
+export interface PayoutsWebhookTypes {
+  'payout.created': z.input<typeof payoutCreatedDataSchema>
+  'payout.status.updated': z.input<typeof payoutStatusUpdatedDataSchema>
+}
+
+/** A delivery's type: one of `PayoutsWebhookTypes` (suggested), or any other the service sends. */
+export type WebhookType = keyof PayoutsWebhookTypes | (string & {})
+
+/** The `data` of a delivery of `Type`: declared in `PayoutsWebhookTypes`, or a JSON object. */
+export type WebhookData<Type extends string = string> = Type extends keyof PayoutsWebhookTypes
+  ? PayoutsWebhookTypes[Type]
+  : Record<string, unknown>
+
+/**
+ * Payload of payouts:webhook_received: a delivery of any type, mapped or not, once it is
+ * stored, as the service sent it (never its signature, headers or the secret). Fired once per
+ * delivery id, in the process that stored it; a redelivery of a stored id fires nothing.
+ */
+export interface WebhookReceivedEvent<Type extends string = string> {
+  /** `Svc-Delivery-Id`; a stream message's is `ws_` and the SHA-256 of its bytes. */
+  deliveryId: string
+  /** The envelope's `type` (from the signed bytes, not the `Svc-Event-Type` header). */
+  type: Type
+  source: DeliverySource
+  /** The envelope's `createdAt` (or its `created_at` spelling), null without one. */
+  createdAt: string | null
+  /** The envelope's `data` object, as the service sent it. */
+  data: WebhookData<Type>
+}
+
 /**
  * The payload of an app event as a listener receives it: the event's fields, its account
  * (the name in `config/payouts.ts`; `main` in a one-account app) and its key. `eventKey` is
@@ -66,4 +115,5 @@ export interface PayoutsEventsList {
   'payouts:escrow_confirmed': WithEventKey<EscrowEvent>
   'payouts:escrow_confirmation_failed': WithEventKey<EscrowEvent>
   'payouts:stuck': WithEventKey<PayoutStuckEvent>
+  'payouts:webhook_received': WithEventKey<WebhookReceivedEvent>
 }

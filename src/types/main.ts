@@ -20,6 +20,11 @@ export type {
   WithEventKey,
   PayoutsEventsList,
   ObservationSource,
+  DeliverySource,
+  PayoutsWebhookTypes,
+  WebhookType,
+  WebhookData,
+  WebhookReceivedEvent,
 } from './events.ts'
 export type {
   BatchOptions,
@@ -28,3 +33,4 @@ export type {
   BatchRowOutcome,
   ExecutedBatch,
 } from '../ledger/payout_batches.ts'
+export type * from './commands.ts'

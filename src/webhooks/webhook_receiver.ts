@@ -9,6 +9,7 @@ import { BodyTooLargeError, readRawBody } from './raw_body.ts'
 import type { AcceptedSecrets } from './accepted_secrets.ts'
 import type { InboxProcessor } from './inbox_processor.ts'
 import type { InboxStore } from './inbox_store.ts'
+import { tellStored, type DeliveryListener } from './webhook_received.ts'
 import { safeError } from '../safe_error.ts'
 
 /** The signed webhook route's collaborators and bounds. */
@@ -24,6 +25,11 @@ export interface WebhookReceiverOptions {
    * mode); null in worker mode, where the worker's loop picks the row up.
    */
   processor: Pick<InboxProcessor, 'kickAfterPoll' | 'acknowledging'> | null
+  /**
+   * Told of each delivery this route stored (`payouts:webhook_received`), once its answer is
+   * written: never for a duplicate, a refused one or one not stored; in worker mode too.
+   */
+  deliveries: DeliveryListener
   toleranceSeconds: number
   maxBodyBytes: number
   /**
@@ -43,7 +49,18 @@ const DELIVERY_ID = /^[\x21-\x7e]{1,255}$/
  * is stored, so a crash anywhere loses nothing (the service retries what we did not ack).
  */
 export class WebhookReceiver {
+  /** Deliveries stored whose telling has not ended yet. */
+  #telling = new Set<Promise<void>>()
+
   constructor(private options: WebhookReceiverOptions) {}
+
+  /**
+   * Resolves once every delivery stored so far was told, its listeners done or given up
+   * (`payouts.fake()` waits for it, so a test sees its listeners' work after a move).
+   */
+  async told(): Promise<void> {
+    while (this.#telling.size > 0) await Promise.all(this.#telling)
+  }
 
   /** One delivery, traced on `svc-payouts.webhook.receive` when anybody listens. */
   handle(ctx: HttpContext) {
@@ -71,16 +88,22 @@ export class WebhookReceiver {
   #kickWhenAnswered({ response }: HttpContext) {
     const processor = this.options.processor
     if (!processor) return
-    let kicked = false
-    const kick = () => {
-      if (kicked) return
-      kicked = true
-      processor.kickAfterPoll()
-    }
-    const socket = response.response
-    if (socket.writableFinished || socket.destroyed) return kick()
-    socket.once('finish', kick)
-    socket.once('close', kick)
+    whenAnswered(response, () => processor.kickAfterPoll())
+  }
+
+  /**
+   * A delivery stored: `payouts:webhook_received` once the answer is written (or the
+   * connection closed), after a poll, so its listeners never hold the acknowledgement. Its
+   * row is committed, so it is told even when the answer was a 503 (its commit came past
+   * the bound): the service's next attempt is a duplicate and tells nothing.
+   */
+  #tellWhenAnswered({ response }: HttpContext, raw: Buffer, deliveryId: string) {
+    const telling: Promise<void> = new Promise<void>((resolve) =>
+      whenAnswered(response, () => setImmediate(resolve))
+    )
+      .then(() => tellStored(this.options.deliveries, raw, deliveryId, 'webhook'))
+      .finally(() => this.#telling.delete(telling))
+    this.#telling.add(telling)
   }
 
   /**
@@ -188,7 +211,7 @@ export class WebhookReceiver {
     }
     this.#inFlight(ctx)
     const eventType = (request.header('svc-event-type') ?? 'unknown').slice(0, 100)
-    return this.options.inbox.insert({
+    const stored = this.options.inbox.insert({
       deliveryId,
       eventType,
       rawBody: raw,
@@ -197,6 +220,12 @@ export class WebhookReceiver {
       // The request's trace: the batch that applies the row links to it, in whichever process.
       traceParent: activeTraceParent(),
     })
+    // Its own outcome, past the route's bound too; once per stored row (a duplicate is not).
+    stored.then(
+      (outcome) => outcome === 'stored' && this.#tellWhenAnswered(ctx, raw, deliveryId),
+      () => {}
+    )
+    return stored
   }
 
   #reject(
@@ -212,4 +241,18 @@ export class WebhookReceiver {
     this.options.logger.warn({ reason, deliveryId }, 'payouts webhook rejected')
     return response.status(400).send({ error: 'invalid webhook' })
   }
+}
+
+/** Runs `then` once the answer is written or its connection closed, whichever comes first. */
+function whenAnswered(response: HttpContext['response'], then: () => void) {
+  let done = false
+  const once = () => {
+    if (done) return
+    done = true
+    then()
+  }
+  const socket = response.response
+  if (socket.writableFinished || socket.destroyed) return once()
+  socket.once('finish', once)
+  socket.once('close', once)
 }

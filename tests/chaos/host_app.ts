@@ -80,6 +80,8 @@ async function watch({ app, payouts, route }: HostAppParts) {
   emitter.onAny(async (name, data: any) => {
     const event = String(name)
     if (!event.startsWith('payouts:')) return
+    // Told per stored delivery, not per change: the checks here count changes.
+    if (event === 'payouts:webhook_received') return
     if (event.startsWith('payouts:escrow_')) {
       log({ k: 'escrow', name: event, quoteId: data.quoteId, payoutId: data.payoutId ?? null })
       return

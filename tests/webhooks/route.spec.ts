@@ -102,8 +102,11 @@ test.group(`Webhooks | signed route (${TEST_DB})`, () => {
     assert.equal(row.state, 'processed')
     assert.equal(row.body.toString(), raw)
     assert.deepEqual(
-      app.events.filter((e) => e.name.startsWith('payouts:')).map((e) => e.name),
-      ['payouts:created']
+      app.events
+        .filter((e) => e.name.startsWith('payouts:'))
+        .map((e) => e.name)
+        .sort(),
+      ['payouts:created', 'payouts:webhook_received']
     )
   })
 
@@ -429,8 +432,11 @@ test.group(`Webhooks | signed route (${TEST_DB})`, () => {
     assert.deepEqual([row.state, row.lastError], ['processed', null])
     assert.isTrue(row.body.equals(raw))
     assert.deepEqual(
-      app.events.filter((e) => e.name.startsWith('payouts:')).map((e) => e.name),
-      ['payouts:created']
+      app.events
+        .filter((e) => e.name.startsWith('payouts:'))
+        .map((e) => e.name)
+        .sort(),
+      ['payouts:created', 'payouts:webhook_received']
     )
   })
 
