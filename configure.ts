@@ -11,6 +11,21 @@ function readAppFile(command: Configure, path: string) {
 }
 
 /**
+ * Where the job locks go, borrowing the app's services: the default store of its
+ * `@adonisjs/lock` (config/lock.ts), else the default connection of its `@adonisjs/redis`
+ * (config/redis.ts); neither: the config reads PAYOUTS_REDIS_URL for a client of their own.
+ */
+async function jobLocksOf(command: Configure) {
+  const read = (file: string) => readFile(command.app.configPath(file), 'utf8').catch(() => '')
+  const lockStore = (await read('lock.ts')) !== ''
+  const redis = lockStore ? '' : await read('redis.ts')
+  const redisConnection = redis
+    ? (/\bconnection:\s*['"]([A-Za-z][\w-]*)['"]/.exec(redis)?.[1] ?? 'main')
+    : ''
+  return { lockStore, redisConnection, redisUrl: !lockStore && !redisConnection }
+}
+
+/**
  * Adds the webhook route to `csrf.exceptRoutes` in config/shield.ts (when Shield is
  * installed): the service cannot send a CSRF token. Returns false when the file has a
  * shape we do not recognise, so the caller prints the manual step instead.
@@ -43,7 +58,9 @@ async function exceptFromCsrf(command: Configure, project: any): Promise<boolean
  * `node ace configure @svc/adonis-payouts`: publishes config/payouts.ts, the migrations
  * (tables, indexes, leases, then trace context) and the start/payouts.ts preload (webhook
  * route, Transmit channels), registers the provider, commands and preload, declares the env
- * variables, and exempts the webhook route from CSRF. Every prompt has a flag (`--base-url`, `--api-key`), so it runs unattended;
+ * variables (the key and the webhook secret as `Env.schema.secret()`), keeps the job locks in
+ * the app's @adonisjs/lock or @adonisjs/redis when it has one, and exempts the webhook route
+ * from CSRF. Every prompt has a flag (`--base-url`, `--api-key`), so it runs unattended;
  * running it twice changes nothing.
  */
 export async function configure(command: Configure) {
@@ -84,10 +101,12 @@ export async function configure(command: Configure) {
     )
   }
 
+  const jobLocks = await jobLocksOf(command)
   const codemods = await command.createCodemods()
   await codemods.makeUsingStub(stubsRoot, 'config/payouts.stub', {
     webhookPath: DEFAULT_WEBHOOK_PATH,
     prefix: DEFAULT_TABLE_PREFIX,
+    ...jobLocks,
   })
   await codemods.makeUsingStub(stubsRoot, 'start/payouts.stub', { transmit: hasTransmit })
 
@@ -101,6 +120,7 @@ export async function configure(command: Configure) {
     { name: 'add_payouts_leases', at: stamp + 2 },
     { name: 'add_payouts_trace_context', at: stamp + 3 },
     { name: 'add_payouts_accounts', at: stamp + 4 },
+    { name: 'add_payouts_provider_metadata_at', at: stamp + 5 },
   ]
   for (const { name, at } of publish) {
     if (migrations.some((file) => file.endsWith(`_${name}.ts`))) continue
@@ -141,13 +161,14 @@ export async function configure(command: Configure) {
   if (Object.keys(variables).length > 0) {
     await codemods.defineEnvVariables(variables, { omitFromExample: ['PAYOUTS_API_KEY'] })
   }
+  // The key and the webhook secret are Secrets: printed or logged, they show [redacted].
   await codemods.defineEnvValidations({
     leadingComment: 'Variables for configuring @svc/adonis-payouts',
     variables: {
-      PAYOUTS_API_KEY: 'Env.schema.string.optional()',
+      PAYOUTS_API_KEY: 'Env.schema.secret.optional()',
       PAYOUTS_BASE_URL: 'Env.schema.string({ format: "url", tld: false })',
-      PAYOUTS_WEBHOOK_SECRET: 'Env.schema.string.optional()',
-      PAYOUTS_REDIS_URL: 'Env.schema.string.optional()',
+      PAYOUTS_WEBHOOK_SECRET: 'Env.schema.secret.optional()',
+      ...(jobLocks.redisUrl ? { PAYOUTS_REDIS_URL: 'Env.schema.string.optional()' } : {}),
       PAYOUTS_PROCESSING: "Env.schema.enum.optional(['inline', 'worker'] as const)",
     },
   })

@@ -1,5 +1,6 @@
 import { flags } from '@adonisjs/core/ace'
-import { outOfRange, PayoutsCommand } from '../src/commands/payouts_command.ts'
+import { PayoutsCommand } from '../src/commands/payouts_command.ts'
+import { durationFlag } from '../src/duration.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
 
 type Result = Awaited<ReturnType<PayoutsService['reconcile']>>
@@ -9,18 +10,28 @@ export default class PayoutsReconcile extends PayoutsCommand<Result> {
   static commandName = 'payouts:reconcile'
   static description = 'Read quiet non-terminal payouts from the service and apply what it says'
 
-  @flags.number({ description: 'Only payouts not observed for this many milliseconds' })
-  declare staleAfterMs?: number
+  @flags.string({
+    description: 'Only payouts not observed for this long (milliseconds, or e.g. "10m", "2h")',
+  })
+  declare staleAfterMs?: string
 
   protected failure = 'Reconciliation failed'
 
+  #staleAfterMs?: number
+
   protected async accepted() {
-    const refused = outOfRange('stale-after-ms', this.staleAfterMs, 0, Number.MAX_SAFE_INTEGER)
+    const { ms, refused } = durationFlag(
+      'stale-after-ms',
+      this.staleAfterMs,
+      0,
+      Number.MAX_SAFE_INTEGER
+    )
+    this.#staleAfterMs = ms
     return refused === undefined || this.refuse(refused)
   }
 
   protected perform(payouts: PayoutsService) {
-    return payouts.reconcile({ staleAfterMs: this.staleAfterMs })
+    return payouts.reconcile({ staleAfterMs: this.#staleAfterMs })
   }
 
   protected failed(summary: Result) {
@@ -29,7 +40,7 @@ export default class PayoutsReconcile extends PayoutsCommand<Result> {
   }
 
   protected print(summary: Result) {
-    const table = this.ui.table()
+    const table = this.table()
     table.head(['Checked', 'Changed', 'Missing', 'Failed', 'Stuck', 'Stopped'])
     table.row(
       [

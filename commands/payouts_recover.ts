@@ -1,5 +1,6 @@
 import { flags } from '@adonisjs/core/ace'
-import { outOfRange, PayoutsCommand } from '../src/commands/payouts_command.ts'
+import { PayoutsCommand } from '../src/commands/payouts_command.ts'
+import { durationFlag } from '../src/duration.ts'
 import type { PayoutsService } from '../src/service/payouts_service.ts'
 
 type Result = Awaited<ReturnType<PayoutsService['recover']>>
@@ -9,18 +10,29 @@ export default class PayoutsRecover extends PayoutsCommand<Result> {
   static commandName = 'payouts:recover'
   static description = 'Re-send unknown execution intents with their original Idempotency-Key'
 
-  @flags.number({ description: 'Only intents idle for this many milliseconds', default: 60_000 })
-  declare olderThanMs: number
+  @flags.string({
+    description: 'Only intents idle for this long (milliseconds, or e.g. "10m", "2h")',
+    default: '1m',
+  })
+  declare olderThanMs: string
 
   protected failure = 'Recovery failed'
 
+  #olderThanMs?: number
+
   protected async accepted() {
-    const refused = outOfRange('older-than-ms', this.olderThanMs, 0, Number.MAX_SAFE_INTEGER)
+    const { ms, refused } = durationFlag(
+      'older-than-ms',
+      this.olderThanMs,
+      0,
+      Number.MAX_SAFE_INTEGER
+    )
+    this.#olderThanMs = ms
     return refused === undefined || this.refuse(refused)
   }
 
   protected perform(payouts: PayoutsService) {
-    return payouts.recover({ olderThanMs: this.olderThanMs })
+    return payouts.recover({ olderThanMs: this.#olderThanMs })
   }
 
   protected failed(summary: Result) {
@@ -28,7 +40,7 @@ export default class PayoutsRecover extends PayoutsCommand<Result> {
   }
 
   protected print(summary: Result) {
-    const table = this.ui.table()
+    const table = this.table()
     table.head(['Re-sent', 'Succeeded', 'Failed', 'Still unknown', 'Flagged for a human'])
     table.row(
       [summary.resent, summary.succeeded, summary.failed, summary.unknown, summary.flagged].map(

@@ -1,11 +1,7 @@
 import { flags } from '@adonisjs/core/ace'
 import type { CommandOptions } from '@adonisjs/core/types/ace'
-import {
-  MAX_INT32,
-  outOfRange,
-  SwitchesCommand,
-  unreadInput,
-} from '../src/commands/payouts_command.ts'
+import { MAX_INT32, SwitchesCommand, unreadInput } from '../src/commands/payouts_command.ts'
+import { durationFlag } from '../src/duration.ts'
 import type { PayoutsWorker } from '../src/service/worker.ts'
 import { safeError } from '../src/safe_error.ts'
 
@@ -27,11 +23,15 @@ export default class PayoutsWork extends SwitchesCommand {
     'Process stored deliveries, run the jobs and the stream, until SIGTERM or SIGINT'
   static options: CommandOptions = { startApp: true, staysAlive: true }
 
-  @flags.number({ description: 'Milliseconds between reads of an empty inbox (50 or more)' })
-  declare pollIntervalMs?: number
+  @flags.string({
+    description: 'Time between reads of an empty inbox: milliseconds (50 or more), or e.g. "1s"',
+  })
+  declare pollIntervalMs?: string
 
-  @flags.number({ description: 'Milliseconds a stop may take before the process exits 1' })
-  declare stopTimeoutMs?: number
+  @flags.string({
+    description: 'Time a stop may take before the process exits 1: milliseconds, or e.g. "30s"',
+  })
+  declare stopTimeoutMs?: string
 
   @flags.array({ description: 'The accounts to serve, repeatable (every account otherwise)' })
   declare account?: string[]
@@ -41,11 +41,10 @@ export default class PayoutsWork extends SwitchesCommand {
   #onSignal = () => void this.stop().then(() => this.terminate())
 
   async run() {
-    const refused =
-      unreadInput(this) ??
-      // Below 50 ms an idle worker spins on its empty inbox.
-      outOfRange('poll-interval-ms', this.pollIntervalMs, MIN_POLL_MS, MAX_INT32) ??
-      outOfRange('stop-timeout-ms', this.stopTimeoutMs, 1, MAX_INT32)
+    // Below 50 ms an idle worker spins on its empty inbox.
+    const poll = durationFlag('poll-interval-ms', this.pollIntervalMs, MIN_POLL_MS, MAX_INT32)
+    const stop = durationFlag('stop-timeout-ms', this.stopTimeoutMs, 1, MAX_INT32)
+    const refused = unreadInput(this) ?? poll.refused ?? stop.refused
     if (refused !== undefined) {
       this.logger.error(refused)
       this.exitCode = 1
@@ -67,8 +66,8 @@ export default class PayoutsWork extends SwitchesCommand {
         new PayoutsWorker({
           service: manager.use(name),
           logger: served.length > 1 ? logger.child({ account: name }) : logger,
-          pollIntervalMs: this.pollIntervalMs,
-          stopTimeoutMs: this.stopTimeoutMs,
+          pollIntervalMs: poll.ms,
+          stopTimeoutMs: stop.ms,
         })
     )
     // Runs before the providers shut down, whoever terminates the app.

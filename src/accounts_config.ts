@@ -128,8 +128,11 @@ function refuseShared(
   }
 }
 
+/** An object literal: a section of the config, never a value such as a `Secret`. */
 function isPlainObject(value: unknown): value is Record<string, any> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
+  if (typeof value !== 'object' || value === null) return false
+  const prototype = Object.getPrototypeOf(value)
+  return prototype === Object.prototype || prototype === null
 }
 
 function hasPath(target: unknown, path: PropertyKey[]): boolean {

@@ -1,7 +1,11 @@
 import { inspect } from 'node:util'
 import { z } from 'zod'
+import type { Secret } from '@adonisjs/core/helpers'
+import type { RedisConnections } from '@adonisjs/redis/types'
 import { E_INVALID_PAYOUTS_CONFIG } from './errors.ts'
 import { redactCredentials } from './client/redact.ts'
+import debug from './debug.ts'
+import { DURATION_FORM, toMilliseconds } from './duration.ts'
 import {
   ACCOUNT_NAME_PATTERN,
   API_KEY_PATTERN,
@@ -16,17 +20,102 @@ export type {
   PayoutsManagerConfig,
   PayoutsManagerConfigInput,
 } from './accounts_config.ts'
+export type { Duration } from './duration.ts'
+
+/**
+ * The name of one of the app's `@adonisjs/redis` connections (`keyof RedisConnections`, as
+ * `config/redis.ts` declares them); any name when the app has no `@adonisjs/redis`.
+ */
+export type RedisConnectionName = string extends keyof RedisConnections
+  ? string
+  : [keyof RedisConnections] extends [never]
+    ? string
+    : Extract<keyof RedisConnections, string>
+
+/**
+ * A secret of the config: a string, or the `Secret` that `Env.schema.secret()` gives. It is
+ * released here, for `schema` and nowhere before; the validated config shows it as
+ * `[redacted]`, and an error names its key, never its value.
+ */
+const secret = <Schema extends z.ZodType<string, string>>(schema: Schema) =>
+  z
+    .custom<string | Secret<string>>(
+      (value) =>
+        typeof value === 'string' ||
+        // Duck-typed: the app may hold another copy of @poppinss/utils than ours.
+        (typeof value === 'object' &&
+          value !== null &&
+          typeof (value as Secret<string>).release === 'function'),
+      { error: 'must be a string or a Secret (Env.schema.secret())' }
+    )
+    .transform((value) => (typeof value === 'string' ? value : value.release()))
+    .pipe(schema)
+
+/**
+ * A duration: a number of milliseconds, or a string such as `'10s'`, `'2h'` or `'500ms'`,
+ * read as AdonisJS reads them; `bounds` apply to its milliseconds, which the validated config
+ * holds.
+ */
+const duration = (bounds: z.ZodNumber) =>
+  z
+    .union([z.number(), z.string()], { error: `must be ${DURATION_FORM}` })
+    .transform((value, ctx): number => {
+      const ms = toMilliseconds(value)
+      if (ms !== undefined) return ms
+      ctx.addIssue({ code: 'custom', message: `must be ${DURATION_FORM}` })
+      return z.NEVER
+    })
+    .pipe(bounds)
+
+/** A `redis://` or `rediss://` URL. */
+const REDIS_URL = /^rediss?:\/\//
+
+/** The name of a connection in `config/redis.ts`. */
+const CONNECTION_NAME = /^[A-Za-z][\w-]*$/
+
+let warnedOfRedisUrl = false
+
+/**
+ * `jobs.redis` names a connection and `jobs.redisUrl` holds a URL: one of them. A URL in
+ * `jobs.redis` (as configs published by earlier versions have it) still works, read as
+ * `redisUrl`, with a deprecation warning once per process.
+ */
+function redisUrlOfJobs<Jobs extends { redis?: string; redisUrl?: string }>(
+  jobs: Jobs,
+  ctx: z.core.$RefinementCtx<Jobs>
+): Jobs {
+  if (jobs.redis === undefined) return jobs
+  if (jobs.redisUrl !== undefined) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['redisUrl'],
+      message:
+        'is set with jobs.redis: keep one (a connection name, or a URL without @adonisjs/redis)',
+    })
+    return z.NEVER
+  }
+  if (!REDIS_URL.test(jobs.redis)) return jobs
+  if (!warnedOfRedisUrl) {
+    warnedOfRedisUrl = true
+    process.emitWarning(
+      'jobs.redis with a redis:// URL is deprecated: name a connection of @adonisjs/redis, or set jobs.redisUrl',
+      { type: 'DeprecationWarning', code: 'SVC_PAYOUTS_JOBS_REDIS_URL' }
+    )
+  }
+  debug('jobs.redis holds a URL: read as jobs.redisUrl')
+  return { ...jobs, redis: undefined, redisUrl: jobs.redis }
+}
 
 const retrySchema = z
   .object({
     maxRetries: z.number().int().min(0).max(10).default(5),
-    baseDelayMs: z.number().int().min(0).default(1000),
+    baseDelayMs: duration(z.number().int().min(0)).default(1000),
     jitter: z.number().min(0).max(1).default(0.2),
     /**
      * The longest wait the service may ask for (Retry-After, X-RateLimit-Reset); a longer
      * one ends the call in a RateLimitedError carrying `retryAfterMs`, never a shorter wait.
      */
-    maxRetryAfterMs: z.number().int().positive().default(120_000),
+    maxRetryAfterMs: duration(z.number().int().positive()).default(120_000),
   })
   .prefault({})
 
@@ -50,6 +139,19 @@ const threshold = (defaults: { warning?: number; error?: number }) =>
     })
     .prefault({})
 
+/** A `threshold` of a time (`health.oldestPendingMs`): each a duration, or `null`. */
+const durationThreshold = (defaults: { warning?: number; error?: number }) =>
+  z
+    .object({
+      warning: duration(z.number().min(0))
+        .nullable()
+        .default(defaults.warning ?? null),
+      error: duration(z.number().min(0))
+        .nullable()
+        .default(defaults.error ?? null),
+    })
+    .prefault({})
+
 /** The shape `config/payouts.ts` is validated against at boot. */
 export const payoutsConfigSchema = z.object({
   /**
@@ -64,16 +166,17 @@ export const payoutsConfigSchema = z.object({
    * Optional until the operator has issued one (migrations and `node ace list` still run);
    * the client's first use without it fails naming PAYOUTS_API_KEY.
    */
-  apiKey: z
-    .string()
-    .regex(
-      API_KEY_PATTERN,
-      'must be sk_live_ or sk_test_ followed by 43 characters (check PAYOUTS_API_KEY)'
-    )
-    .optional(),
+  apiKey: secret(
+    z
+      .string()
+      .regex(
+        API_KEY_PATTERN,
+        'must be sk_live_ or sk_test_ followed by 43 characters (check PAYOUTS_API_KEY)'
+      )
+  ).optional(),
   baseUrl: z.url(),
   environment: z.enum(['sandbox', 'production']).optional(),
-  timeoutMs: z.number().int().positive().default(30_000),
+  timeoutMs: duration(z.number().int().positive()).default(30_000),
   retry: retrySchema,
   clientRateLimiter: z.boolean().default(true),
   /** Development only: allow http://127.0.0.1 webhook URLs (the emulator accepts them). */
@@ -82,12 +185,12 @@ export const payoutsConfigSchema = z.object({
   webhook: z
     .object({
       path: z.string().startsWith('/').default(DEFAULT_WEBHOOK_PATH),
-      secret: z.string().startsWith('whsec_').optional(),
+      secret: secret(z.string().startsWith('whsec_')).optional(),
       /**
        * A rotation done outside the plugin: the old secret stays accepted until
        * `previousSecretValidUntil`, which is then required. There is no default grace.
        */
-      previousSecret: z.string().startsWith('whsec_').optional(),
+      previousSecret: secret(z.string().startsWith('whsec_')).optional(),
       previousSecretValidUntil: z.iso.datetime({ offset: true }).optional(),
       toleranceSeconds: z.number().int().positive().max(3600).default(300),
       maxBodyBytes: z
@@ -96,7 +199,7 @@ export const payoutsConfigSchema = z.object({
         .positive()
         .default(256 * 1024),
       /** How often the web process retries due inbox rows; 0 leaves it to a worker. */
-      retryIntervalMs: z.number().int().min(0).default(5000),
+      retryIntervalMs: duration(z.number().int().min(0)).default(5000),
       /**
        * Inbox rows claimed and applied per transaction. On SQLite a transaction holds the
        * event loop until COMMIT, so smaller batches keep acknowledgements flowing while a
@@ -110,12 +213,12 @@ export const payoutsConfigSchema = z.object({
        * 5 on SQLite, 0 on PostgreSQL and MySQL (a transaction holds neither the event loop
        * nor the connection an acknowledgement uses there).
        */
-      inlineSliceMs: z.number().int().min(0).max(1000).optional(),
+      inlineSliceMs: duration(z.number().int().min(0).max(1000)).optional(),
       /**
        * The route answers within this time whatever the database does: past it 503, and the
        * service delivers again. Below the service's 10 s, with room for the network.
        */
-      ackTimeoutMs: z.number().int().positive().max(9000).default(5000),
+      ackTimeoutMs: duration(z.number().int().positive().max(9000)).default(5000),
       /**
        * Where stored deliveries are processed: `inline` in the web process (with the jobs and
        * the stream), or `worker`: the web process only verifies, stores and acknowledges, and
@@ -126,7 +229,7 @@ export const payoutsConfigSchema = z.object({
        * When a batch goes row by row, how long its claimed rows are held: a process killed
        * meanwhile leaves them to another one after this long. Renewed while the batch runs.
        */
-      processingLeaseMs: z.number().int().min(1000).max(3_600_000).default(15_000),
+      processingLeaseMs: duration(z.number().int().min(1000).max(3_600_000)).default(15_000),
     })
     .refine((webhook) => !webhook.previousSecret || webhook.previousSecretValidUntil, {
       path: ['previousSecretValidUntil'],
@@ -139,14 +242,14 @@ export const payoutsConfigSchema = z.object({
       sources: z.enum(['webhooks', 'websocket', 'both']).default('webhooks'),
       /** Defaults to ws(s)://<host of baseUrl>/ws. */
       websocketUrl: z.url().optional(),
-      reconnectBaseMs: z.number().int().positive().default(1000),
-      reconnectMaxMs: z.number().int().positive().default(30_000),
+      reconnectBaseMs: duration(z.number().int().positive()).default(1000),
+      reconnectMaxMs: duration(z.number().int().positive()).default(30_000),
       /**
        * How long the plugin waits for an app event's listeners: past it the listener is
        * logged as failed and the change's next events go on (a listener that never ends
        * would otherwise hold inbox processing behind it).
        */
-      listenerTimeoutMs: z.number().int().positive().default(10_000),
+      listenerTimeoutMs: duration(z.number().int().positive()).default(10_000),
       /**
        * How long a change's notification is held by the process that fires it: renewed every
        * third of it while its listeners run; a process that died leaves its changes to
@@ -155,16 +258,12 @@ export const payoutsConfigSchema = z.object({
        * can commit with the lease nearly gone: a change's lease is checked (renewed by a
        * conditional UPDATE) before its listeners run, and left to a process that took it.
        */
-      notifyLeaseMs: z.number().int().min(1000).max(3_600_000).default(30_000),
+      notifyLeaseMs: duration(z.number().int().min(1000).max(3_600_000)).default(30_000),
     })
     .prefault({}),
   reconcile: z
     .object({
-      staleAfterMs: z
-        .number()
-        .int()
-        .min(0)
-        .default(5 * 60_000),
+      staleAfterMs: duration(z.number().int().min(0)).default(5 * 60_000),
       batchSize: z.number().int().positive().default(50),
       budgetShare: z.number().gt(0).max(1).default(0.5),
     })
@@ -173,36 +272,37 @@ export const payoutsConfigSchema = z.object({
     .object({
       /** Run the jobs on intervals in the web process; false leaves them to cron or a worker. */
       enabled: z.boolean().default(true),
-      reconcileEveryMs: z.number().int().min(0).default(60_000),
-      escrowEveryMs: z.number().int().min(0).default(60_000),
-      recoverEveryMs: z.number().int().min(0).default(60_000),
+      reconcileEveryMs: duration(z.number().int().min(0)).default(60_000),
+      escrowEveryMs: duration(z.number().int().min(0)).default(60_000),
+      recoverEveryMs: duration(z.number().int().min(0)).default(60_000),
       /** How often the prune job removes rows past `retention` (0: never; run `payouts:prune`). */
-      pruneEveryMs: z.number().int().min(0).default(3_600_000),
+      pruneEveryMs: duration(z.number().int().min(0)).default(3_600_000),
       /** Minutes after on-chain confirmation before confirm-escrow-deposit may be called. */
       escrowConfirmAfterMinutes: z.number().min(0).default(10),
       /** Confirmations the escrow fallback sends for a deposit before it alerts. */
       escrowMaxAttempts: z.number().int().min(1).max(20).default(3),
       /** Wait after the first failed confirmation; doubles after each one. */
-      escrowRetryBackoffMs: z
-        .number()
-        .int()
-        .min(0)
-        .default(5 * 60_000),
+      escrowRetryBackoffMs: duration(z.number().int().min(0)).default(5 * 60_000),
       /** Non-terminal payouts older than this raise payouts:stuck. */
-      stuckAfterMs: z
-        .number()
-        .int()
-        .positive()
-        .default(24 * 3600_000),
+      stuckAfterMs: duration(z.number().int().positive()).default(24 * 3600_000),
       /**
-       * The job locks live in Redis instead of the app's database: the name of one of the
-       * app's `@adonisjs/redis` connections (its client is shared), or a redis:// (or
-       * rediss://) URL for apps without it (ioredis, an optional peer; query options go to
-       * ioredis, e.g. `?keyPrefix=app1:` when apps with different databases share one Redis).
+       * The job locks live in Redis instead of the app's database, through one of the app's
+       * `@adonisjs/redis` connections, by name (its client is shared). A redis:// URL here
+       * is deprecated: it is read as `redisUrl`.
        */
       redis: z
-        .union([z.url({ protocol: /^rediss?$/ }), z.string().regex(/^[A-Za-z][\w-]*$/)])
+        .string()
+        .refine(
+          (value) => CONNECTION_NAME.test(value) || (REDIS_URL.test(value) && URL.canParse(value)),
+          'must name a connection of config/redis.ts (a redis:// URL goes in jobs.redisUrl)'
+        )
         .optional(),
+      /**
+       * For apps without `@adonisjs/redis`: a redis:// (or rediss://) URL for a Redis client
+       * of the job locks' own (ioredis, an optional peer; query options go to ioredis, e.g.
+       * `?keyPrefix=app1:` when apps with different databases share one Redis).
+       */
+      redisUrl: secret(z.url({ protocol: /^rediss?$/ })).optional(),
       /**
        * A store of the app's `@adonisjs/lock` config for the job locks. Without it, an app
        * with `@adonisjs/lock` has the locks in its default store (unless `redis` is set).
@@ -212,12 +312,9 @@ export const payoutsConfigSchema = z.object({
        * A job run that has not ended after this long is given up (logged as failed) so the
        * next interval runs it again; it cannot hold the job forever.
        */
-      runTimeoutMs: z
-        .number()
-        .int()
-        .positive()
-        .default(10 * 60_000),
+      runTimeoutMs: duration(z.number().int().positive()).default(10 * 60_000),
     })
+    .transform(redisUrlOfJobs)
     .prefault({}),
   retention: z
     .object({
@@ -249,7 +346,7 @@ export const payoutsConfigSchema = z.object({
        * NOTIFY from the committing process wakes it at once; while it LISTENs, it polls
        * only every `max(relayIntervalMs, 1000)` ms, as a safety net.
        */
-      relayIntervalMs: z.number().int().min(10).max(60_000).default(250),
+      relayIntervalMs: duration(z.number().int().min(10).max(60_000)).default(250),
     })
     .prefault({}),
   ledger: z
@@ -265,7 +362,7 @@ export const payoutsConfigSchema = z.object({
        * storing an execute) may take. Past it the transaction is abandoned and its
        * connection dropped, so a connection that stops answering cannot stall the plugin.
        */
-      transactionTimeoutMs: z.number().int().positive().default(30_000),
+      transactionTimeoutMs: duration(z.number().int().positive()).default(30_000),
     })
     .prefault({}),
   /**
@@ -278,7 +375,7 @@ export const payoutsConfigSchema = z.object({
       /** Inbox rows not processed yet. */
       inboxBacklog: threshold({ warning: 100, error: 1000 }),
       /** Age in ms of the oldest inbox row not processed yet. */
-      oldestPendingMs: threshold({ warning: 5 * 60_000, error: 30 * 60_000 }),
+      oldestPendingMs: durationThreshold({ warning: 5 * 60_000, error: 30 * 60_000 }),
       /** Inbox rows given up on. */
       deadLetters: threshold({ warning: 1 }),
       /** Execution intents whose outcome is unknown or that wait for a human. */
@@ -288,7 +385,7 @@ export const payoutsConfigSchema = z.object({
       /** Non-terminal payouts older than `jobs.stuckAfterMs`. */
       stuckPayouts: threshold({ warning: 1 }),
       /** Ms since the inbox last stored an event (never reported before the first one). */
-      sinceLastEventMs: threshold({}),
+      sinceLastEventMs: durationThreshold({}),
       /**
        * The worker (in `webhook.processing: 'worker'`) and the jobs (with `jobs.enabled`)
        * that have not run for 3 of their intervals: the number of them.
@@ -299,21 +396,26 @@ export const payoutsConfigSchema = z.object({
        * error line naming it, and the host's health route answers 503 instead of hanging.
        * Every statement of the report (and each heartbeat write) is bounded by it too.
        */
-      timeoutMs: z.number().int().positive().max(60_000).default(3000),
+      timeoutMs: duration(z.number().int().positive().max(60_000)).default(3000),
       /** The cheap read that tells whether the service answers with this key. */
       reachability: z
         .object({
           /** One attempt, no retry; past it the service counts as unreachable. */
-          timeoutMs: z.number().int().positive().default(2000),
+          timeoutMs: duration(z.number().int().positive()).default(2000),
           /** How long an answer is reused before the service is asked again. */
-          cacheForMs: z.number().int().min(0).default(30_000),
+          cacheForMs: duration(z.number().int().min(0)).default(30_000),
         })
         .prefault({}),
     })
     .prefault({}),
 })
 
-export type PayoutsConfigInput = z.input<typeof payoutsConfigSchema>
+type SchemaInput = z.input<typeof payoutsConfigSchema>
+
+/** What `config/payouts.ts` holds for one account: `jobs.redis` names an app's connection. */
+export type PayoutsConfigInput = Omit<SchemaInput, 'jobs'> & {
+  jobs?: Omit<NonNullable<SchemaInput['jobs']>, 'redis'> & { redis?: RedisConnectionName }
+}
 export type PayoutsConfig = z.output<typeof payoutsConfigSchema>
 
 /**
@@ -343,7 +445,7 @@ const withoutPassword = redactCredentials
  * Makes the config safe to print: `console.log(config)`, `JSON.stringify(config)` and an
  * assertion's diff of it (or of its `webhook` and `jobs` parts) show `[redacted]` for the
  * API key, the webhook secrets and the credentials of any URL (`baseUrl`, `events.websocketUrl`,
- * `jobs.redis`). The values themselves are untouched.
+ * `jobs.redisUrl`). The values themselves are untouched.
  */
 function redactWhenShown(config: PayoutsConfig): PayoutsConfig {
   const shown = {
@@ -352,7 +454,7 @@ function redactWhenShown(config: PayoutsConfig): PayoutsConfig {
       secret: config.webhook.secret && REDACTED,
       previousSecret: config.webhook.previousSecret && REDACTED,
     }),
-    jobs: () => ({ ...config.jobs, redis: withoutPassword(config.jobs.redis) }),
+    jobs: () => ({ ...config.jobs, redisUrl: withoutPassword(config.jobs.redisUrl) }),
     root: () => ({
       ...config,
       apiKey: config.apiKey && REDACTED,

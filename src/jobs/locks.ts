@@ -25,11 +25,13 @@ export interface HostLockServices {
 
 export interface JobLocksOptions extends HostLockServices {
   /**
-   * A redis:// URL (the locks get a Redis client of their own), or the name of one of the
-   * app's `@adonisjs/redis` connections (its client is shared). Without it, the host's lock
+   * The name of one of the app's `@adonisjs/redis` connections (its client is shared; a
+   * redis:// URL here is read as `redisUrl`). Without it or `redisUrl`, the host's lock
    * manager when there is one, else the app's database.
    */
   redis?: string
+  /** A redis:// URL: the locks get a Redis client of their own (ioredis). */
+  redisUrl?: string
   /** A store of the host's lock manager; its default store when not given. */
   lockStore?: string
   db: Database
@@ -53,13 +55,17 @@ export function isRedisUrl(value: string): boolean {
 
 /**
  * The lock factory of the job scheduler, in this order: the host's `@adonisjs/lock`
- * manager (with `jobs.lockStore`, or when `jobs.redis` is not set); Redis through one of
- * the host's `@adonisjs/redis` connections (`jobs.redis` names it) or a client of its own
- * (`jobs.redis` is a URL; ioredis, loaded only then); else the app's database through
- * @verrou/core's knex store. A client the app already has is never duplicated.
+ * manager (with `jobs.lockStore`, or when neither `jobs.redis` nor `jobs.redisUrl` is set);
+ * Redis through one of the host's `@adonisjs/redis` connections (`jobs.redis` names it) or a
+ * client of its own (`jobs.redisUrl`; ioredis, loaded only then); else the app's database
+ * through @verrou/core's knex store. A client the app already has is never duplicated.
  */
 export async function createJobLocks(options: JobLocksOptions): Promise<JobLocks> {
-  if (options.lockStore || (!options.redis && options.lockManager)) {
+  const url =
+    options.redisUrl ??
+    (options.redis !== undefined && isRedisUrl(options.redis) ? options.redis : undefined)
+  const name = url === undefined ? options.redis : undefined
+  if (options.lockStore || (!name && !url && options.lockManager)) {
     if (!options.lockManager) {
       throw new E_INVALID_PAYOUTS_CONFIG([
         'jobs.lockStore needs @adonisjs/lock: register its provider and config/lock.ts',
@@ -73,17 +79,17 @@ export async function createJobLocks(options: JobLocksOptions): Promise<JobLocks
     }
   }
   const { Verrou } = await import('@verrou/core')
-  if (options.redis) {
+  if (name || url) {
     const { redisStore } = await import('@verrou/core/drivers/redis')
-    const named = !isRedisUrl(options.redis)
+    const named = name !== undefined
     if (named && !options.redisConnection) {
       throw new E_INVALID_PAYOUTS_CONFIG([
-        `jobs.redis names a connection ("${options.redis}") but the app has no @adonisjs/redis; give a redis:// URL instead`,
+        `jobs.redis names a connection ("${name}") but the app has no @adonisjs/redis; register it, or give a redis:// URL in jobs.redisUrl`,
       ])
     }
     const redis = named
-      ? ((await options.redisConnection!(options.redis)) as any)
-      : await ownRedisClient(options.redis, options.logger)
+      ? ((await options.redisConnection!(name)) as any)
+      : await ownRedisClient(url!, options.logger)
     const verrou = new Verrou({
       default: 'redis',
       stores: { redis: { driver: redisStore({ connection: redis }) } },

@@ -129,6 +129,7 @@ export class BackgroundWork {
     const locks = await createJobLocks({
       ...this.#options.host,
       redis: jobs.redis,
+      redisUrl: jobs.redisUrl,
       lockStore: jobs.lockStore,
       db,
       connection,
@@ -187,7 +188,7 @@ export class BackgroundWork {
     const { PayoutsStream } = await import('../stream/payouts_stream.ts')
     const { streamToInbox } = await import('../stream/stream_to_inbox.ts')
     const { config, logger, catchUp } = this.#options
-    const { inbox, processor } = await this.#options.parts()
+    const { inbox, processor, deliveries } = await this.#options.parts()
     if (!config.apiKey) throw missingKey(config.account)
     this.#stream = new PayoutsStream({
       url,
@@ -197,7 +198,7 @@ export class BackgroundWork {
         info: (obj, msg) => logger.info(obj, msg),
         warn: (obj, msg) => logger.warn(obj, msg),
       },
-      onMessage: streamToInbox(inbox, onStored ? { kick: onStored } : processor),
+      onMessage: streamToInbox(inbox, onStored ? { kick: onStored } : processor, deliveries),
       onReconnect: () =>
         traced(
           channels.streamReconnect,

@@ -72,7 +72,7 @@ async function migrationsOf(root: URL) {
   const files = await readdir(new URL('database/migrations/', root))
   return files
     .filter((file) =>
-      /_(create_payouts_tables|add_payouts_indexes|add_payouts_leases|add_payouts_trace_context|add_payouts_accounts)\.ts$/.test(
+      /_(create_payouts_tables|add_payouts_indexes|add_payouts_leases|add_payouts_trace_context|add_payouts_accounts|add_payouts_provider_metadata_at)\.ts$/.test(
         file
       )
     )
@@ -99,6 +99,7 @@ test.group('Configure', (group) => {
       `baseUrl: env.get('PAYOUTS_BASE_URL')`,
       `secret: env.get('PAYOUTS_WEBHOOK_SECRET')`,
       `processing: env.get('PAYOUTS_PROCESSING', 'inline')`,
+      `redisUrl: env.get('PAYOUTS_REDIS_URL')`,
       `path: '/webhooks/payouts'`,
       `tablePrefix: 'svc_'`,
     ])
@@ -119,11 +120,10 @@ test.group('Configure', (group) => {
     await assert.fileContains('.env.example', 'PAYOUTS_BASE_URL=http://127.0.0.1:4010')
     await assert.fileContains('.env.example', 'PAYOUTS_API_KEY=')
     await assert.fileNotContains('.env.example', URL_SAFE_KEY)
-    const [migration, indexes, leases, traceContext, accounts, ...others] = await migrationsOf(
-      folderUrl(fs.basePath)
-    )
+    const [migration, indexes, leases, traceContext, accounts, metadataAt, ...others] =
+      await migrationsOf(folderUrl(fs.basePath))
     assert.lengthOf(others, 0)
-    assert.lengthOf(await fs.readDir('database/migrations'), 5)
+    assert.lengthOf(await fs.readDir('database/migrations'), 6)
     assert.match(migration, /^\d+_create_payouts_tables\.ts$/)
     await assert.fileContains(`database/migrations/${migration}`, [
       `createPayoutsTables(this.schema, 'svc_')`,
@@ -150,16 +150,23 @@ test.group('Configure', (group) => {
       `createPayoutsTraceContext(this.schema, 'svc_')`,
       `dropPayoutsTraceContext(this.schema, 'svc_')`,
     ])
-    // The accounts come last.
+    // The accounts come next.
     assert.match(accounts, /^\d+_add_payouts_accounts\.ts$/)
     assert.isAbove(Number.parseInt(accounts), Number.parseInt(traceContext))
     await assert.fileContains(`database/migrations/${accounts}`, [
       `createPayoutsAccounts(this.schema, 'svc_')`,
       `dropPayoutsAccounts(this.schema, 'svc_')`,
     ])
+    // When each payout's routing detail was observed comes last.
+    assert.match(metadataAt, /^\d+_add_payouts_provider_metadata_at\.ts$/)
+    assert.isAbove(Number.parseInt(metadataAt), Number.parseInt(accounts))
+    await assert.fileContains(`database/migrations/${metadataAt}`, [
+      `createPayoutsProviderMetadataAt(this.schema, 'svc_')`,
+      `dropPayoutsProviderMetadataAt(this.schema, 'svc_')`,
+    ])
     await assert.fileContains('start/env.ts', [
-      'PAYOUTS_API_KEY: Env.schema.string.optional()',
-      'PAYOUTS_WEBHOOK_SECRET: Env.schema.string.optional()',
+      'PAYOUTS_API_KEY: Env.schema.secret.optional()',
+      'PAYOUTS_WEBHOOK_SECRET: Env.schema.secret.optional()',
       'PAYOUTS_REDIS_URL: Env.schema.string.optional()',
       "PAYOUTS_PROCESSING: Env.schema.enum.optional(['inline', 'worker'] as const)",
     ])
@@ -178,9 +185,8 @@ test.group('Configure', (group) => {
     const command = await ace.create(Configure, ARGS)
     await command.exec()
     assertConfigured(command)
-    const [tables, indexes, leases, traceContext, accounts, ...others] = await migrationsOf(
-      folderUrl(fs.basePath)
-    )
+    const [tables, indexes, leases, traceContext, accounts, metadataAt, ...others] =
+      await migrationsOf(folderUrl(fs.basePath))
     assert.lengthOf(others, 0)
     assert.equal(`database/migrations/${tables}`, earlier)
     await assert.fileEquals(earlier, '// the tables, as published before')
@@ -197,6 +203,8 @@ test.group('Configure', (group) => {
     ])
     assert.match(accounts, /^\d+_add_payouts_accounts\.ts$/)
     assert.isAbove(Number.parseInt(accounts), Number.parseInt(traceContext))
+    assert.match(metadataAt, /^\d+_add_payouts_provider_metadata_at\.ts$/)
+    assert.isAbove(Number.parseInt(metadataAt), Number.parseInt(accounts))
   })
 
   test('running it twice leaves the app unchanged', async ({ assert, fs }) => {
@@ -217,7 +225,7 @@ test.group('Configure', (group) => {
     const again = await ace.create(Configure, ARGS)
     await again.exec()
     assertConfigured(again)
-    assert.lengthOf(await fs.readDir('database/migrations'), 5)
+    assert.lengthOf(await fs.readDir('database/migrations'), 6)
     const second = await Promise.all(files.map((file) => fs.contents(file)))
     assert.deepEqual(second, first)
   })
@@ -361,7 +369,7 @@ test.group('Configure', (group) => {
     )
     const demoMigrations = await migrationsOf(DEMO)
     const migrations = await migrationsOf(folderUrl(fs.basePath))
-    assert.lengthOf(demoMigrations, 5)
+    assert.lengthOf(demoMigrations, 6)
     for (const [index, demoMigration] of demoMigrations.entries()) {
       assert.equal(
         await demoFile(`database/migrations/${demoMigration}`),

@@ -110,7 +110,7 @@ test.group(`Jobs | locks on Redis (${TEST_DB})`, () => {
     )
   }).skip(redisDown, SKIP_REASON)
 
-  test('two services with jobs.redis: each job runs once per interval, not once per instance', async ({
+  test('two services with jobs.redisUrl: each job runs once per interval, not once per instance', async ({
     assert,
     cleanup,
   }) => {
@@ -121,7 +121,7 @@ test.group(`Jobs | locks on Redis (${TEST_DB})`, () => {
       apiKey: TEST_API_KEY,
       baseUrl: 'http://127.0.0.1:9',
       jobs: {
-        redis: url,
+        redisUrl: url,
         reconcileEveryMs: intervalMs,
         escrowEveryMs: intervalMs,
         recoverEveryMs: intervalMs,
@@ -250,17 +250,18 @@ test.group(`Jobs | locks on Redis (${TEST_DB})`, () => {
     assert.equal(appClient.status, 'ready', "the app's client stays open")
   }).skip(redisDown, SKIP_REASON)
 
-  test('jobs.redis takes a redis:// URL; without it the locks stay in the database', async ({
+  test('jobs.redisUrl takes a redis:// URL; without it the locks stay in the database', async ({
     assert,
     cleanup,
   }) => {
     const base = { apiKey: TEST_API_KEY, baseUrl: 'http://127.0.0.1:9' }
     assert.throws(
-      () => validateConfig({ ...base, jobs: { redis: 'http://127.0.0.1:6379' } }),
-      /jobs\.redis/
+      () => validateConfig({ ...base, jobs: { redisUrl: 'http://127.0.0.1:6379' } }),
+      /jobs\.redisUrl/
     )
     assert.equal(
-      validateConfig({ ...base, jobs: { redis: 'rediss://cache.internal:6380/2' } }).jobs.redis,
+      validateConfig({ ...base, jobs: { redisUrl: 'rediss://cache.internal:6380/2' } }).jobs
+        .redisUrl,
       'rediss://cache.internal:6380/2'
     )
     const { db, prefix } = await setupDatabase(cleanup, 'redis-locks')

@@ -21,7 +21,7 @@ const payoutsConfig = defineConfig({
   },
   jobs: {
     // Several instances: set PAYOUTS_REDIS_URL to keep the jobs' locks in Redis.
-    redis: env.get('PAYOUTS_REDIS_URL'),
+    redisUrl: env.get('PAYOUTS_REDIS_URL'),
   },
   ledger: {
     enabled: true,

@@ -38,9 +38,9 @@ export default await Env.create(new URL('../', import.meta.url), {
   | Variables for configuring @svc/adonis-payouts
   |----------------------------------------------------------
   */
-  PAYOUTS_API_KEY: Env.schema.string.optional(),
+  PAYOUTS_API_KEY: Env.schema.secret.optional(),
   PAYOUTS_BASE_URL: Env.schema.string({ format: "url", tld: false }),
-  PAYOUTS_WEBHOOK_SECRET: Env.schema.string.optional(),
+  PAYOUTS_WEBHOOK_SECRET: Env.schema.secret.optional(),
   PAYOUTS_REDIS_URL: Env.schema.string.optional(),
   PAYOUTS_PROCESSING: Env.schema.enum.optional(['inline', 'worker'] as const)
 })
