@@ -34,23 +34,26 @@ import {
   type DbConfig,
 } from './setup.ts'
 import { round } from './stats.ts'
+import { runWorkerMode, WORKER, workerChecks, type WorkerModeResult } from './worker_mode.ts'
 
 /**
- * `npm run bench`: webhook ingest, fan-out, client overhead, memory, the relay's cost and the
- * OpenTelemetry instrumentation's, each comparison measured side by side in this run on this
- * machine, on 127.0.0.1 only, every loop bounded in count and time. Each measure, its settings
- * and its rows of the table are in its own file (ingest.ts, fanout.ts, client_overhead.ts,
- * memory.ts, relay.ts, otel.ts); this file runs them,
- * prints the table and writes bench/results.json.
+ * `npm run bench`: webhook ingest, fan-out, client overhead, memory, the relay's cost, the
+ * OpenTelemetry instrumentation's and worker mode's (web and worker processes on one store),
+ * each comparison measured side by side in this run on this machine, on 127.0.0.1 only, every
+ * loop bounded in count and time. Each measure, its settings and its rows of the table are in
+ * its own file (ingest.ts, fanout.ts, client_overhead.ts, memory.ts, relay.ts, otel.ts,
+ * worker_mode.ts); this file runs them, prints the table and writes bench/results.json.
  */
 
-// BENCH_ONLY=ingest,client,memory,relay,otel and BENCH_DBS=sqlite,sqlite-wal,pg run a part.
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'ingest,client,memory,relay,otel').split(','))
+// BENCH_ONLY=ingest,client,memory,relay,otel,worker and BENCH_DBS=sqlite,sqlite-wal,pg run a part.
+const ONLY = new Set(
+  (process.env.BENCH_ONLY ?? 'ingest,client,memory,relay,otel,worker').split(',')
+)
 const DBS = process.env.BENCH_DBS ? new Set(process.env.BENCH_DBS.split(',')) : null
 const PARTIAL = process.env.BENCH_ONLY !== undefined || DBS !== null
 // BENCH_MERGE=1: a partial run replaces its own rows in bench/results.json, keeps the others.
 const MERGE = PARTIAL && !QUICK && process.env.BENCH_MERGE === '1'
-const HARD_CAP_MS = 15 * 60_000
+const HARD_CAP_MS = 20 * 60_000
 // Quick and partial runs (development) never touch the committed figures, unless merged.
 const RESULTS =
   (QUICK || PARTIAL) && !MERGE
@@ -135,7 +138,8 @@ function mergedResults(
   clientBusy: unknown,
   memory: object,
   relay: object,
-  otel: OtelResults | undefined
+  otel: OtelResults | undefined,
+  worker: object
 ) {
   return {
     ...(Object.keys(dbs).length ? { dbs } : {}),
@@ -144,6 +148,7 @@ function mergedResults(
     ...(Object.keys(memory).length ? { memory } : {}),
     ...(Object.keys(relay).length ? { relay } : {}),
     ...(otel ? { otel } : {}),
+    ...(Object.keys(worker).length ? { worker } : {}),
   }
 }
 
@@ -263,6 +268,11 @@ async function main() {
     otel.client = await runOtelClient()
   }
 
+  // Worker mode: a web process and `node ace payouts:work` on one SQLite WAL file (the demo's
+  // shape), and on PostgreSQL; the worker running against the worker stopped.
+  const worker: Record<string, WorkerModeResult | { skipped: string } | { error: string }> =
+    ONLY.has('worker') ? await runWorkerMode(DBS, log) : {}
+
   const checks = [
     ...configs.flatMap((c) => dbChecks(c.key, dbs[c.key])),
     ...(client ? clientChecks(client, clientBusy) : []),
@@ -285,6 +295,7 @@ async function main() {
       ]
     }),
     ...(otel?.client ? otelClientChecks(otel.client, client) : []),
+    ...Object.entries(worker).flatMap(([key, r]) => workerChecks(key, r)),
   ]
 
   let history: Array<{ date: string; values: Record<string, number | null> }> = []
@@ -322,6 +333,7 @@ async function main() {
       'Client: PayoutsClient with its rate limiter off (the emulator has rate limits off too).',
       'Memory, on SQLite WAL and on PostgreSQL: plugin route (verify, insert, ack), processing deferred, then the insert-only and bare routes, each in a fresh app; RSS after gc() twice.',
       "Relay, on SQLite WAL and on PostgreSQL: a fresh app per arm, relay off, on, on, off; plugin route with the inbox processed in-process; the relay's statements counted in the app (on PostgreSQL the NOTIFYs apart).",
+      'Worker mode, on one SQLite WAL file (journal_mode = WAL, busy_timeout = 10000, as docs/production.md) and on PostgreSQL: a web process (webhook.processing: worker; verify, store, acknowledge) and `node ace payouts:work` (its defaults), both bench/soak_child.ts, the emulator as the service; the plugin route at a fixed rate of unique signed deliveries (each a new payout, which the worker applies), runs in ABBA order between the worker running and stopped (the same web process; baseline), the first 250 ms of each run left out of its latencies, and before the measured part of a worker run a lead-in that finds the worker at work (an idle worker reads the inbox every 5 s); backlog = inbox rows pending, processing or failed; the drain rate from the backlog the stopped runs leave, counted from the restarted worker being ready.',
       'Observability cost (otel), on SQLite WAL and on PostgreSQL: two apps alive together, one with nothing installed, one with new PayoutsInstrumentation(), a BatchSpanProcessor into an in-memory exporter and a periodic metric reader (each emptied every second) installed before it boots; plugin route, processing deferred, the arms alternating in rounds; fixed-rate p99 judged round by round. Client: two child processes, one instrumented, on one emulator, the arms alternating in blocks of 100 calls.',
     ],
     settings: {
@@ -331,11 +343,15 @@ async function main() {
       memory: MEMORY,
       relay: RELAY,
       otel: OTEL,
+      worker: WORKER,
     },
     checks: [...checks, ...kept],
     results: MERGE
-      ? { ...before.results, ...mergedResults(dbs, client, clientBusy, memory, relay, otel) }
-      : { dbs, client, clientBusy, memory, relay, otel },
+      ? {
+          ...before.results,
+          ...mergedResults(dbs, client, clientBusy, memory, relay, otel, worker),
+        }
+      : { dbs, client, clientBusy, memory, relay, otel, worker },
     growth: before.growth,
     history: [...history, { date, values }].slice(-20),
   }

@@ -6,10 +6,13 @@
  * with Transmit and the payout channels registered, as an app's start file would; both log
  * at `info` (pino, synchronously, into the file the parent names). The parent drives it over
  * IPC (bench/ipc.ts): `memory` runs gc() twice and reports the process's memory; `inbox` and
- * `ledger` (web) count rows by state.
+ * `ledger` (web) count rows by state; `loopDelay` (web, for bench/worker_mode.ts) reports the
+ * event loop's delay since its last reset (the monitor starts on the first call: the soak,
+ * which never calls it, runs without it).
  */
 import 'reflect-metadata'
 import { readFileSync } from 'node:fs'
+import { monitorEventLoopDelay, type ELDHistogram } from 'node:perf_hooks'
 import v8 from 'node:v8'
 import { ListLoader } from '@adonisjs/core/ace'
 import { defineConfig as defineLoggerConfig, destination } from '@adonisjs/core/logger'
@@ -162,7 +165,24 @@ async function web(options: SoakChildOptions) {
     },
   })
   const { inbox, ledger } = counts(host.app, options.prefix)
-  serveParent({ url: host.url, pid: process.pid }, { memory, inbox, ledger }, () => host.close())
+  let loop: ELDHistogram | undefined
+  /** The event loop's delay since the last reset, ms; `reset` starts a new period. */
+  const loopDelay = (args?: { reset?: boolean }) => {
+    if (!loop) {
+      loop = monitorEventLoopDelay({ resolution: 1 })
+      loop.enable()
+    }
+    const delay = {
+      count: loop.count,
+      maxMs: loop.count ? loop.max / 1e6 : 0,
+      p99Ms: loop.count ? loop.percentile(99) / 1e6 : 0,
+    }
+    if (args?.reset) loop.reset()
+    return delay
+  }
+  serveParent({ url: host.url, pid: process.pid }, { memory, inbox, ledger, loopDelay }, () =>
+    host.close()
+  )
 }
 
 async function worker(options: SoakChildOptions) {
