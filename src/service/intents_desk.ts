@@ -3,6 +3,7 @@ import type { ExecutedBatch } from '../ledger/payout_batches.ts'
 import type { PayoutExecutor } from '../ledger/payout_executor.ts'
 import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
 import Payout from '../models/payout.ts'
+import type { IntentsBatchChunk } from '../types/commands.ts'
 
 /** States an operator looks at by default: outcome unknown, waiting for a human, refused. */
 export const OPEN_INTENT_STATES: IntentState[] = ['unknown', 'needs_attention', 'refused']
@@ -213,21 +214,7 @@ export class IntentsDesk {
 }
 
 /** One chunk of a batch as `payouts:intents --batch` shows it (never its key). */
-export interface BatchChunkView {
-  /** The chunk's place in its batch, from 0. */
-  chunk: number
-  /** Its intent's id (for `--retry` or `--resolve`). */
-  intentId: number
-  state: IntentState
-  attempts: number
-  /** Its rows, and what became of them: made, refused by the service, neither yet. */
-  rows: number
-  created: number
-  refused: number
-  open: number
-  /** The last error's message, or the operator's resolution. */
-  note: string | null
-}
+export type BatchChunkView = IntentsBatchChunk
 
 /** A batch as `payouts:intents --batch <key>` shows it: its chunks, from the ledger alone. */
 export interface BatchView {
