@@ -464,3 +464,32 @@ export function dropPayoutsAccounts(schema: Knex.SchemaBuilder, prefix = DEFAULT
     .dropTableIfExists(t.heartbeats)
     .createTable(t.heartbeats, (table) => oneAccountHeartbeats(table, mysql, at))
 }
+
+/**
+ * What the sixth migration (`add_payouts_provider_metadata_at`) adds:
+ * `payouts.provider_metadata_at`, when the routing detail kept in `provider_metadata` (a
+ * column of the first migration) was observed. The ledger keeps a payout's latest
+ * `providerMetadata`, and a read taken earlier but applied later must not replace a newer
+ * one: this is what it is compared with. Null on rows from before and while no read has
+ * given the detail. A nullable column with no default: added without rewriting the table.
+ */
+export function createPayoutsProviderMetadataAt(
+  schema: Knex.SchemaBuilder,
+  prefix = DEFAULT_TABLE_PREFIX
+) {
+  const mysql = buildsForMysql(schema)
+  return schema.alterTable(tableNames(prefix).payouts, (table) => {
+    if (mysql) table.datetime('provider_metadata_at', { precision: 3 }).nullable()
+    else table.timestamp('provider_metadata_at', { useTz: true }).nullable()
+  })
+}
+
+/** Removes it (the sixth migration's `down`); the metadata itself stays. */
+export function dropPayoutsProviderMetadataAt(
+  schema: Knex.SchemaBuilder,
+  prefix = DEFAULT_TABLE_PREFIX
+) {
+  return schema.alterTable(tableNames(prefix).payouts, (table) => {
+    table.dropColumn('provider_metadata_at')
+  })
+}

@@ -5,9 +5,11 @@ import { dbDate } from '../database/dates.ts'
 import type { Database } from '@adonisjs/lucid/database'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
+import { TERMINAL_STATUSES } from '../schemas/common.ts'
 import type { PayoutStuckEvent } from '../types/events.ts'
 import type { PayoutLedger } from '../ledger/payout_ledger.ts'
 import { sharedAccount } from '../ledger/accounts.ts'
+import { isTerminal } from '../ledger/state_machine.ts'
 import { readIds } from '../ledger/vocabulary.ts'
 
 export interface ReconcilerOptions {
@@ -22,8 +24,13 @@ export interface ReconcilerOptions {
   connection?: string
   /** Payouts not observed for this long are read again. */
   staleAfterMs?: number
-  /** At most this many reads per run. */
+  /** At most this many reads per run (unfinished and ended payouts together). */
   batchSize?: number
+  /**
+   * Payouts that ended within this long (by `status_changed_at`) and whose routing detail
+   * was not read since are read once more, for their final `providerMetadata` (24 h).
+   */
+  endedWithinMs?: number
   /** Share of the key's rate budget a run may spend (reads X-RateLimit-Remaining). */
   budgetShare?: number
   /** Non-terminal payouts created longer ago than this are reported once as stuck. */
@@ -39,6 +46,11 @@ export interface ReconcileSummary {
   /** Reads that failed for that payout alone (it is read again next run). */
   failed: number
   stuck: number
+  /**
+   * Of `checked`: payouts that had ended (by a webhook, say) read once for their final
+   * routing detail. Such a read moves no status and fires no event.
+   */
+  ended: number
   stoppedForBudget: boolean
   /** The service, the network or the key failed: the rest waits for the next run. */
   stoppedForError: boolean
@@ -46,6 +58,28 @@ export interface ReconcileSummary {
 
 /** The statuses a payout can still leave. */
 const NON_TERMINAL = ['pending', 'processing']
+
+/**
+ * Ended payouts are read for their final routing detail within this long of their end: the
+ * bound on how often one the service cannot answer (a 404) is tried, and on the rows the
+ * query goes through.
+ */
+const ENDED_WITHIN_MS = 24 * 3600_000
+
+/** The later of two instants. */
+function later(a: DateTime, b: DateTime): DateTime {
+  return a.toMillis() >= b.toMillis() ? a : b
+}
+
+/** `a` and `b` taken in turn (what is left of the longer one at the end). */
+function alternate<T>(a: T[], b: T[]): T[] {
+  const out: T[] = []
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    if (i < a.length) out.push(a[i])
+    if (i < b.length) out.push(b[i])
+  }
+  return out
+}
 
 /**
  * Failures that are not about one payout, reading on would fail the same way: no answer,
@@ -62,6 +96,14 @@ function isServiceWide(error: PayoutsApiError): boolean {
  * Reads non-terminal payouts that have gone quiet and applies what the service says, as
  * a `poll` observation. Oldest observation first, so a run cut short by its budget
  * resumes where it stopped (each read moves the payout to the back of the line).
+ *
+ * It also reads, once, payouts that ended recently (within `endedWithinMs`) after the last
+ * read of their routing detail: only a read (`GET /payouts/{id}`) carries `providerMetadata`,
+ * so a payout that ended by a webhook would otherwise keep the detail of a read from before
+ * its end (a failed leg's status missing). Such a read leaves the status where it is (a
+ * terminal status is never left) and fires no event; its detail is dated no earlier than the
+ * end, so the payout is not read again. Both kinds share the batch, taken in turn, and the
+ * budget.
  */
 export class Reconciler {
   #options: Required<Omit<ReconcilerOptions, 'connection' | 'onStuck'>> &
@@ -73,6 +115,7 @@ export class Reconciler {
       batchSize: 50,
       budgetShare: 0.5,
       stuckAfterMs: 24 * 3600_000,
+      endedWithinMs: ENDED_WITHIN_MS,
       now: () => DateTime.now(),
       ...options,
       account: sharedAccount(options.account, options.ledger, 'a reconciler'),
@@ -86,16 +129,24 @@ export class Reconciler {
   }
 
   async run(overrides: { staleAfterMs?: number } = {}): Promise<ReconcileSummary> {
-    const { ledger, client, batchSize, budgetShare } = this.#options
+    const { ledger, client, batchSize, budgetShare, endedWithinMs } = this.#options
     const staleAfterMs = overrides.staleAfterMs ?? this.#options.staleAfterMs
-    const cutoff = this.#options.now().minus({ milliseconds: staleAfterMs })
-    const payouts = await this.#stale(cutoff, batchSize)
+    const now = this.#options.now()
+    const stale = await this.#stale(now.minus({ milliseconds: staleAfterMs }), batchSize)
+    // Taken in turn with the stale ones, so neither kind starves the other: at least half
+    // the batch when both fill it, all of what the other leaves.
+    const ended = await this.#endedUnread(
+      now.minus({ milliseconds: endedWithinMs }),
+      batchSize - Math.min(stale.length, Math.floor(batchSize / 2))
+    )
+    const payouts = alternate(stale, ended).slice(0, batchSize)
     const summary: ReconcileSummary = {
       checked: 0,
       changed: 0,
       missing: 0,
       failed: 0,
       stuck: 0,
+      ended: 0,
       stoppedForBudget: false,
       stoppedForError: false,
     }
@@ -108,8 +159,12 @@ export class Reconciler {
         break
       }
       summary.checked++
+      const hadEnded = isTerminal(payout.status)
+      if (hadEnded) summary.ended++
       try {
         const remote = await client.getPayout(payout.payoutUuid)
+        // When the service answered: what the routing detail is ordered by.
+        const observedAt = DateTime.now()
         const result = await ledger.apply({
           // A payout first seen by its read id learns its UUID here, if the read gives it.
           ...readIds(payout.payoutUuid, remote),
@@ -118,6 +173,16 @@ export class Reconciler {
           completedAt: remote.completedAt ?? null,
           source: 'poll',
           eventType: 'reconcile',
+          observedAt,
+          fields: { providerMetadata: remote.providerMetadata ?? null },
+          // A read that shows the status a payout ended in was taken after its end, whatever
+          // the clocks say (the end's time is the service's, from its event): dated no
+          // earlier, so the payout is not picked again.
+          ...(hadEnded &&
+            remote.status === payout.status &&
+            payout.statusChangedAt && {
+              providerMetadataAt: later(observedAt, payout.statusChangedAt),
+            }),
         })
         if (result.changed) summary.changed++
         if (await this.#reportIfStuck(result.payout)) summary.stuck++
@@ -163,6 +228,41 @@ export class Reconciler {
       .flat()
       .sort((a, b) => a.lastObservedAt!.toMillis() - b.lastObservedAt!.toMillis())
     return [...never, ...stale].slice(0, limit)
+  }
+
+  /**
+   * Up to `limit` payouts that ended since `since` and whose routing detail was not read
+   * since their end (`provider_metadata_at` null or before `status_changed_at`), oldest
+   * observation first. One query per terminal status, each a range of the (status,
+   * last_observed_at) index from `since` (the observation that ended a payout set both
+   * columns, later ones move only the first), the rest a filter on the rows of that range:
+   * the terminal payouts heard from within the window. A read of one dates its detail at or
+   * after the end, so it leaves the set; one the service cannot answer leaves it with the
+   * window (read at most once a run until then).
+   */
+  async #endedUnread(since: DateTime, limit: number): Promise<Payout[]> {
+    if (limit <= 0) return []
+    const { db, connection } = this.#options
+    const from = dbDate(db.connection(connection), since)
+    const byStatus = await Promise.all(
+      TERMINAL_STATUSES.map((status) =>
+        this.#payouts()
+          .where('status', status)
+          .where('last_observed_at', '>=', from)
+          .where('status_changed_at', '>=', from)
+          .where((unread) =>
+            unread
+              .whereNull('provider_metadata_at')
+              .orWhereColumn('provider_metadata_at', '<', 'status_changed_at')
+          )
+          .orderBy('last_observed_at', 'asc')
+          .limit(limit)
+      )
+    )
+    return byStatus
+      .flat()
+      .sort((a, b) => a.lastObservedAt!.toMillis() - b.lastObservedAt!.toMillis())
+      .slice(0, limit)
   }
 
   /** Raises payouts:stuck once per payout (remembered as a payout_events row). */

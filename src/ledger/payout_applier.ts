@@ -9,7 +9,7 @@ import { confirmDetectedDeposits } from './escrow_detection.ts'
 import { insertPendingPayouts, snapshotOf } from './payout_rows.ts'
 import { DEFAULT_NOTIFY_LEASE_MS, leaseOwner, type NotifyLease } from './payout_outbox.ts'
 import { mergePlaceholders } from './read_id_placeholders.ts'
-import { reduce, type PayoutPosition, type ReduceResult } from './state_machine.ts'
+import { isBehind, reduce, type PayoutPosition, type ReduceResult } from './state_machine.ts'
 import {
   isUuid,
   type AppliedBatch,
@@ -180,7 +180,7 @@ export class PayoutApplier {
       row = await locate()
       if (!row) throw new Error(`payout ${observation.payoutId} could not be stored`)
     }
-    const advance = this.#advance(row, observation, observedAt)
+    const advance = this.#advance(trx, row, observation, observedAt)
     row.useTransaction(trx)
     await row.save()
     const logged = await PayoutEvent.create(
@@ -216,7 +216,7 @@ export class PayoutApplier {
     const applied = observations.map((observation, index) => {
       const row = rowOf(observation)
       const observedAt = observation.observedAt ?? DateTime.now()
-      const advance = this.#advance(row, observation, observedAt)
+      const advance = this.#advance(trx, row, observation, observedAt)
       // Later observations of the same payout move the row on; each outcome keeps the
       // payout as its own observation left it, as one-by-one application would.
       const snapshot = last.get(row) === index ? row : snapshotOf(row)
@@ -316,12 +316,18 @@ export class PayoutApplier {
   }
 
   /** Runs one observation through the reducer onto a locked row (in memory). */
-  #advance(row: Payout, observation: PayoutObservation, observedAt: DateTime): Advance {
+  #advance(
+    trx: TransactionClientContract,
+    row: Payout,
+    observation: PayoutObservation,
+    observedAt: DateTime
+  ): Advance {
     // A row no observation has reached yet (just inserted) has no position to compare.
     const previous = row.lastObservedAt === null ? null : { status: row.status, step: row.step }
     const outcome = reduce(previous, { status: observation.status, step: observation.step })
     const ownerAttached = !row.ownerId && !!observation.fields?.ownerId && previous !== null
     this.#fill(row, observation)
+    this.#takeProviderMetadata(trx, row, previous, observation, observedAt)
     // When we last heard, on our clock (the event time is kept in payout_events).
     row.lastObservedAt = DateTime.now()
     if (outcome.changed) {
@@ -369,10 +375,34 @@ export class PayoutApplier {
   #fill(row: Payout, observation: PayoutObservation) {
     if (observation.readId && !row.readId) row.readId = observation.readId
     for (const [key, value] of Object.entries(observation.fields ?? {})) {
-      if (value === undefined || value === null) continue
+      if (value === undefined || value === null || key === 'providerMetadata') continue
       const current = (row as any)[key]
       if (current !== null && current !== undefined) continue
       ;(row as any)[key] = DECIMAL_FIELDS.has(key) ? toDecimalString(value as number) : value
     }
+  }
+
+  /**
+   * Keeps the latest routing detail: an observation's `providerMetadata` replaces the row's
+   * unless it is stale, that is behind the row's position (`isBehind`, before this
+   * observation moved it) or observed before the stored one. Times are compared as the
+   * database keeps them (whole seconds on SQLite and MySQL), so a batch decides as a reload
+   * would; at the same time, the one applied later wins. An observation without it keeps
+   * what is stored.
+   */
+  #takeProviderMetadata(
+    trx: TransactionClientContract,
+    row: Payout,
+    previous: PayoutPosition | null,
+    observation: PayoutObservation,
+    observedAt: DateTime
+  ) {
+    const metadata = observation.fields?.providerMetadata
+    if (metadata === undefined || metadata === null) return
+    if (isBehind(previous, { status: observation.status, step: observation.step })) return
+    const at = asStored(trx, observation.providerMetadataAt ?? observedAt)
+    if (row.providerMetadataAt && at < row.providerMetadataAt) return
+    row.providerMetadata = metadata
+    row.providerMetadataAt = at
   }
 }

@@ -125,5 +125,7 @@ async function placeholderAsObservation(
     eventType: 'merge',
     observedAt: placeholder.statusChangedAt ?? DateTime.now(),
     fields,
+    // Its routing detail as old as it is, not as old as its position.
+    ...(placeholder.providerMetadataAt && { providerMetadataAt: placeholder.providerMetadataAt }),
   }
 }

@@ -111,3 +111,20 @@ export function reduce(current: PayoutPosition | null, observed: ObservedPositio
     (step !== null && stepRank(step) < stepRank(current.step))
   return { next: current, changed: false, reason: backwards ? 'backwards' : 'duplicate' }
 }
+
+/**
+ * Whether an observation shows a position behind the current one: a lower status, a step
+ * before the current one within the same status, or another status once one is terminal
+ * (the first terminal status wins for good). What such an observation describes is older
+ * than what the ledger holds. An unknown status, or no position at all, is not behind.
+ */
+export function isBehind(current: PayoutPosition | null, observed: ObservedPosition): boolean {
+  if (current === null) return false
+  const status = observed.status ?? null
+  if (status !== null && !isPayoutStatus(status)) return false
+  if (status !== null && STATUS_RANK[status] < STATUS_RANK[current.status]) return true
+  if (status !== null && isTerminal(current.status) && status !== current.status) return true
+  if (status !== null && STATUS_RANK[status] > STATUS_RANK[current.status]) return false
+  const step = isPayoutStep(observed.step) ? observed.step : null
+  return step !== null && stepRank(step) < stepRank(current.step)
+}

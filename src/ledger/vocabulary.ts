@@ -1,5 +1,6 @@
 import type { DateTime } from 'luxon'
 import type { PayoutStatus, PayoutStep } from '../schemas/common.ts'
+import type { ProviderMetadata } from '../schemas/resources.ts'
 import type { EscrowEvent, ObservationSource, PayoutChangedEvent } from '../types/events.ts'
 import type { ReduceReason } from './state_machine.ts'
 
@@ -28,7 +29,8 @@ export interface PayoutFields {
   paymentMethod?: string | null
   paymentPurpose?: string | null
   reference?: string | null
-  providerMetadata?: Record<string, unknown> | null
+  /** Not a gap filler: the latest wins (see `PayoutObservation.providerMetadataAt`). */
+  providerMetadata?: ProviderMetadata | null
   instructions?: Record<string, unknown> | null
 }
 
@@ -71,6 +73,12 @@ export interface PayoutObservation {
   deliveryId?: string
   observedAt?: DateTime
   fields?: PayoutFields
+  /**
+   * When `fields.providerMetadata` was observed, when not at `observedAt` (a merged
+   * placeholder hands on its own). A payout keeps the metadata observed last, never that of
+   * an observation behind its position.
+   */
+  providerMetadataAt?: DateTime
 }
 
 /**

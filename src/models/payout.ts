@@ -3,6 +3,7 @@ import type { HasMany, HasOne } from '@adonisjs/lucid/types/relations'
 import type { DateTime } from 'luxon'
 import { utcDateTime } from './utc_date_time.ts'
 import type { PayoutStatus, PayoutStep } from '../schemas/common.ts'
+import type { ProviderMetadata } from '../schemas/resources.ts'
 import { jsonColumn } from './json_column.ts'
 import PayoutEvent from './payout_event.ts'
 import EscrowDeposit from './escrow_deposit.ts'
@@ -83,8 +84,16 @@ export default class Payout extends BaseModel {
   @column()
   declare reference: string | null
 
+  /**
+   * The routing detail (its onramp and offramp legs, their protocol and status) as the latest
+   * read of the payout gave it; null until a read has given it.
+   */
   @column(jsonColumn)
-  declare providerMetadata: Record<string, unknown> | null
+  declare providerMetadata: ProviderMetadata | null
+
+  /** When `providerMetadata` was observed (a read taken earlier never replaces it). */
+  @column.dateTime(utcDateTime)
+  declare providerMetadataAt: DateTime | null
 
   /** Banking instructions, payment URL or escrow details: private, never broadcast. */
   @column({ ...jsonColumn, serializeAs: null })

@@ -73,6 +73,19 @@ export function successWrapper<T extends z.ZodType>(data: T) {
   return z.looseObject({ success: z.literal(true), data })
 }
 
+/**
+ * A payout's routing detail (spec, Payout): the schema `version`, the `onramp` leg
+ * (fiat-to-stablecoin and fiat-to-fiat) and the `offramp` leg (stablecoin-to-fiat and
+ * fiat-to-fiat). The legs' full key sets are not shown (`protocol`, `status`, `amount`,
+ * `currency` seen), so each leg passes through whole.
+ */
+export const providerMetadataSchema = z.looseObject({
+  version: z.number().int().optional(),
+  onramp: z.looseObject({}).optional(),
+  offramp: z.looseObject({}).optional(),
+})
+export type ProviderMetadata = z.infer<typeof providerMetadataSchema>
+
 export const payoutSchema = z.looseObject({
   id: z.string().min(1),
   transactionType: z.string().optional(),
@@ -85,13 +98,7 @@ export const payoutSchema = z.looseObject({
   paymentMethod: z.string().optional(),
   paymentPurpose: z.string().optional(),
   reference: z.string().optional(),
-  providerMetadata: z
-    .looseObject({
-      version: z.number().int().optional(),
-      onramp: z.looseObject({}).optional(),
-      offramp: z.looseObject({}).optional(),
-    })
-    .optional(),
+  providerMetadata: providerMetadataSchema.optional(),
   createdAt: z.string().optional(),
   completedAt: z.string().optional(),
   /** Not in the spec's read shape; the emulator adds it, the ledger uses it when present. */

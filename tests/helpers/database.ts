@@ -11,6 +11,7 @@ import {
   createPayoutsAccounts,
   createPayoutsIndexes,
   createPayoutsLeases,
+  createPayoutsProviderMetadataAt,
   createPayoutsTables,
   createPayoutsTraceContext,
   dropPayoutsTables,
@@ -18,12 +19,15 @@ import {
 import { configureModels } from '../../src/models/main.ts'
 import { SCRATCH_URL } from './scratch.ts'
 
-/** The plugin's tables as the five published migrations leave them, in their order. */
+/** The plugin's tables as the six published migrations leave them, in their order. */
 export function createAllPayoutsTables(schema: any, prefix?: string) {
-  return createPayoutsAccounts(
-    createPayoutsTraceContext(
-      createPayoutsLeases(
-        createPayoutsIndexes(createPayoutsTables(schema, prefix), prefix),
+  return createPayoutsProviderMetadataAt(
+    createPayoutsAccounts(
+      createPayoutsTraceContext(
+        createPayoutsLeases(
+          createPayoutsIndexes(createPayoutsTables(schema, prefix), prefix),
+          prefix
+        ),
         prefix
       ),
       prefix
