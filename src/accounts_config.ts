@@ -1,6 +1,6 @@
 import { ACCOUNT_NAME_PATTERN, DEFAULT_ACCOUNT, DEFAULT_WEBHOOK_PATH } from './constants.ts'
 import { validateConfig, type PayoutsConfig, type PayoutsConfigInput } from './define_config.ts'
-import { E_INVALID_PAYOUTS_CONFIG } from './errors.ts'
+import { E_PAYOUTS_INVALID_CONFIG } from './errors.ts'
 
 /** What only one account may set: the others share the app's ledger and Transmit channels. */
 const SHARED_ONLY = ['ledger', 'transmit'] as const
@@ -29,7 +29,7 @@ export interface PayoutsManagerConfig {
   accounts: Record<string, PayoutsConfig>
 }
 
-const invalid = (reason: string) => new E_INVALID_PAYOUTS_CONFIG([reason])
+const invalid = (reason: string) => new E_PAYOUTS_INVALID_CONFIG([reason])
 
 /**
  * Validates `config/payouts.ts` as a whole. A one-account config is the account `main` (it

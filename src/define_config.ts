@@ -2,7 +2,7 @@ import { inspect } from 'node:util'
 import { z } from 'zod'
 import type { Secret } from '@adonisjs/core/helpers'
 import type { RedisConnections } from '@adonisjs/redis/types'
-import { E_INVALID_PAYOUTS_CONFIG } from './errors.ts'
+import { E_PAYOUTS_INVALID_CONFIG } from './errors.ts'
 import { redactCredentials } from './client/redact.ts'
 import debug from './debug.ts'
 import { DURATION_FORM, toMilliseconds } from './duration.ts'
@@ -431,7 +431,7 @@ export function validateConfig(
   const result = payoutsConfigSchema.safeParse(config)
   if (!result.success) {
     const issue = result.error.issues[0]
-    throw new E_INVALID_PAYOUTS_CONFIG([`${nameKey(issue.path)} ${issue.message}`])
+    throw new E_PAYOUTS_INVALID_CONFIG([`${nameKey(issue.path)} ${issue.message}`])
   }
   return redactWhenShown(result.data)
 }

@@ -4,13 +4,17 @@ import { safeCause, safeError } from './safe_error.ts'
 
 /**
  * Errors raised by the AdonisJS side of the plugin. API errors live in
- * `src/client/errors.ts` so that the client stays framework-free.
+ * `src/client/errors.ts` so that the client stays framework-free. Every code the plugin
+ * decides is `E_PAYOUTS_<WHAT>` (tests/integration/error_codes.spec.ts holds it).
  */
 
-/** The `config/payouts.ts` file holds a value that fails validation. */
-export const E_INVALID_PAYOUTS_CONFIG = createError<[string]>(
+/**
+ * The `config/payouts.ts` file holds a value that fails validation (at boot, or when a
+ * command reads it). The client used alone throws `PayoutsConfigError`, of the same code.
+ */
+export const E_PAYOUTS_INVALID_CONFIG = createError<[string]>(
   'Invalid payouts config: %s',
-  'E_INVALID_PAYOUTS_CONFIG',
+  'E_PAYOUTS_INVALID_CONFIG',
   500
 )
 
@@ -25,9 +29,9 @@ export const E_PAYOUTS_FEATURE_DISABLED = createError<[string]>(
  * `payouts.webhooks.rotateSecret()` on a subscription whose secret this app does not keep:
  * refused before the service is asked, since its new secret would reach nobody.
  */
-export const E_WEBHOOK_SECRET_NOT_STORED = createError<[string]>(
+export const E_PAYOUTS_WEBHOOK_SECRET_NOT_STORED = createError<[string]>(
   'Webhook subscription "%s" is not stored in this app; nothing was rotated. Rotate it where its secret is kept',
-  'E_WEBHOOK_SECRET_NOT_STORED',
+  'E_PAYOUTS_WEBHOOK_SECRET_NOT_STORED',
   404
 )
 
@@ -36,23 +40,23 @@ export const E_WEBHOOK_SECRET_NOT_STORED = createError<[string]>(
  * could not be stored here. The service signs with a secret this app may not hold, so
  * deliveries can be refused until the subscription is rotated again.
  */
-export const E_WEBHOOK_ROTATION_UNCONFIRMED = createError<[string]>(
+export const E_PAYOUTS_WEBHOOK_ROTATION_UNCONFIRMED = createError<[string]>(
   'The rotation of webhook subscription "%s" may have happened at the service without its new secret being stored here: deliveries may be refused until you rotate it again (payouts:webhooks:rotate-secret)',
-  'E_WEBHOOK_ROTATION_UNCONFIRMED',
+  'E_PAYOUTS_WEBHOOK_ROTATION_UNCONFIRMED',
   502
 )
 
 /** `payouts.webhooks.delete()` on an id that neither the service nor this app knows. */
-export const E_WEBHOOK_SUBSCRIPTION_NOT_FOUND = createError<[string]>(
+export const E_PAYOUTS_WEBHOOK_SUBSCRIPTION_NOT_FOUND = createError<[string]>(
   'Webhook subscription "%s" was not found at the service nor in this app; nothing was deleted',
-  'E_WEBHOOK_SUBSCRIPTION_NOT_FOUND',
+  'E_PAYOUTS_WEBHOOK_SUBSCRIPTION_NOT_FOUND',
   404
 )
 
 /** A deposit was recorded for a quote whose confirmation with another transaction is in flight. */
-export const E_ESCROW_CONFIRMATION_IN_FLIGHT = createError<[string, string]>(
+export const E_PAYOUTS_ESCROW_CONFIRMATION_IN_FLIGHT = createError<[string, string]>(
   'The escrow deposit of quote "%s" is being confirmed with transaction %s; record again once it ends',
-  'E_ESCROW_CONFIRMATION_IN_FLIGHT',
+  'E_PAYOUTS_ESCROW_CONFIRMATION_IN_FLIGHT',
   409
 )
 
@@ -171,9 +175,9 @@ export const E_PAYOUTS_COMMIT_UNCONFIRMED = createError<[string, string]>(
 )
 
 /** `payouts.use(name)` or `--account name` for an account `config/payouts.ts` does not have. */
-export const E_UNKNOWN_PAYOUTS_ACCOUNT = createError<[string, string]>(
+export const E_PAYOUTS_UNKNOWN_ACCOUNT = createError<[string, string]>(
   'Unknown payouts account "%s": config/payouts.ts has %s',
-  'E_UNKNOWN_PAYOUTS_ACCOUNT',
+  'E_PAYOUTS_UNKNOWN_ACCOUNT',
   500
 )
 
@@ -197,3 +201,21 @@ export const E_PAYOUTS_ACCOUNT_KEY = createError<[string, string]>(
   'E_PAYOUTS_ACCOUNT_KEY',
   500
 )
+
+/*
+ * The names of 0.1.0's development builds, kept as the same classes so `instanceof` still
+ * matches; their `code` is the new one.
+ */
+
+/** @deprecated Use `E_PAYOUTS_INVALID_CONFIG`; removed in 0.2.0. */
+export const E_INVALID_PAYOUTS_CONFIG = E_PAYOUTS_INVALID_CONFIG
+/** @deprecated Use `E_PAYOUTS_WEBHOOK_SECRET_NOT_STORED`; removed in 0.2.0. */
+export const E_WEBHOOK_SECRET_NOT_STORED = E_PAYOUTS_WEBHOOK_SECRET_NOT_STORED
+/** @deprecated Use `E_PAYOUTS_WEBHOOK_ROTATION_UNCONFIRMED`; removed in 0.2.0. */
+export const E_WEBHOOK_ROTATION_UNCONFIRMED = E_PAYOUTS_WEBHOOK_ROTATION_UNCONFIRMED
+/** @deprecated Use `E_PAYOUTS_WEBHOOK_SUBSCRIPTION_NOT_FOUND`; removed in 0.2.0. */
+export const E_WEBHOOK_SUBSCRIPTION_NOT_FOUND = E_PAYOUTS_WEBHOOK_SUBSCRIPTION_NOT_FOUND
+/** @deprecated Use `E_PAYOUTS_ESCROW_CONFIRMATION_IN_FLIGHT`; removed in 0.2.0. */
+export const E_ESCROW_CONFIRMATION_IN_FLIGHT = E_PAYOUTS_ESCROW_CONFIRMATION_IN_FLIGHT
+/** @deprecated Use `E_PAYOUTS_UNKNOWN_ACCOUNT`; removed in 0.2.0. */
+export const E_UNKNOWN_PAYOUTS_ACCOUNT = E_PAYOUTS_UNKNOWN_ACCOUNT

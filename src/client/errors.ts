@@ -18,7 +18,7 @@ export interface ErrorResponder {
  */
 export class PayoutsValidationError extends PayoutsError {
   override name = 'PayoutsValidationError'
-  readonly code = 'E_VALIDATION'
+  readonly code = 'E_PAYOUTS_VALIDATION'
   readonly status = 422
   /** What is wrong with the field, without the field's name. */
   readonly reason: string
@@ -46,10 +46,14 @@ export class PayoutsValidationError extends PayoutsError {
   }
 }
 
-/** The client was constructed with a bad key, URL or environment. */
+/**
+ * The client was constructed with a bad key, URL or environment. Its code is the one
+ * `config/payouts.ts` fails with at boot (`errors.E_PAYOUTS_INVALID_CONFIG`): both say the
+ * configuration is invalid, this one for the client used alone.
+ */
 export class PayoutsConfigError extends PayoutsError {
   override name = 'PayoutsConfigError'
-  readonly code = 'E_CONFIG'
+  readonly code = 'E_PAYOUTS_INVALID_CONFIG'
 }
 
 export interface ApiErrorInit {
@@ -65,8 +69,10 @@ export interface ApiErrorInit {
 
 /**
  * An error answered by the service (or the network on the way to it). `code` is the
- * service's code when the body has one, otherwise derived from the status (see
- * `codeForStatus`); `outcomeUnknown` says the request may have taken effect.
+ * service's code verbatim when the body has one (`RATE_LIMITED`, never `E_`-prefixed: the
+ * `E_PAYOUTS_*` codes are the plugin's own), otherwise derived from the status (see
+ * `codeForStatus`) or the transport (`NETWORK_ERROR`, `TIMEOUT`, `ABORTED`,
+ * `INVALID_RESPONSE`); `outcomeUnknown` says the request may have taken effect.
  */
 export class PayoutsApiError extends PayoutsError {
   override name = 'PayoutsApiError'

@@ -120,6 +120,7 @@ export class Transport {
         if (spec.signal?.aborted) {
           throw new PayoutsAbortedError({
             status: 0,
+            code: 'ABORTED',
             message: 'aborted',
             outcomeUnknown: mayHaveReached,
           })

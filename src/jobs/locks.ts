@@ -1,6 +1,6 @@
 import type { LockFactory } from '@verrou/core'
 import type { Database } from '@adonisjs/lucid/database'
-import { E_INVALID_PAYOUTS_CONFIG } from '../errors.ts'
+import { E_PAYOUTS_INVALID_CONFIG } from '../errors.ts'
 import { safeError } from '../safe_error.ts'
 
 /** What the scheduler needs of a lock store: named locks with a TTL. */
@@ -67,7 +67,7 @@ export async function createJobLocks(options: JobLocksOptions): Promise<JobLocks
   const name = url === undefined ? options.redis : undefined
   if (options.lockStore || (!name && !url && options.lockManager)) {
     if (!options.lockManager) {
-      throw new E_INVALID_PAYOUTS_CONFIG([
+      throw new E_PAYOUTS_INVALID_CONFIG([
         'jobs.lockStore needs @adonisjs/lock: register its provider and config/lock.ts',
       ])
     }
@@ -83,7 +83,7 @@ export async function createJobLocks(options: JobLocksOptions): Promise<JobLocks
     const { redisStore } = await import('@verrou/core/drivers/redis')
     const named = name !== undefined
     if (named && !options.redisConnection) {
-      throw new E_INVALID_PAYOUTS_CONFIG([
+      throw new E_PAYOUTS_INVALID_CONFIG([
         `jobs.redis names a connection ("${name}") but the app has no @adonisjs/redis; register it, or give a redis:// URL in jobs.redisUrl`,
       ])
     }

@@ -6,7 +6,7 @@ import type { PayoutsClient } from '../client/payouts_client.ts'
 import { DEFAULT_ACCOUNT } from '../constants.ts'
 import { dbDate } from '../database/dates.ts'
 import { affectedRows } from '../database/dialects.ts'
-import { E_ESCROW_CONFIRMATION_IN_FLIGHT } from '../errors.ts'
+import { E_PAYOUTS_ESCROW_CONFIRMATION_IN_FLIGHT } from '../errors.ts'
 import EscrowDeposit from '../models/escrow_deposit.ts'
 import Payout from '../models/payout.ts'
 import type { StablecoinToFiatExecuteData } from '../schemas/resources.ts'
@@ -180,7 +180,7 @@ export class EscrowDeposits {
     const current = (await find())!
     if (affectedRows(updated) === 1) return current
     if (current.state === 'confirm_requested' && current.txHash !== input.txHash) {
-      throw new E_ESCROW_CONFIRMATION_IN_FLIGHT([input.quoteId, current.txHash ?? ''])
+      throw new E_PAYOUTS_ESCROW_CONFIRMATION_IN_FLIGHT([input.quoteId, current.txHash ?? ''])
     }
     // Confirmed already, or the same deposit is being confirmed right now: nothing to do.
     return current

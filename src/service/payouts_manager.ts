@@ -1,7 +1,7 @@
 import type { HttpRouterService } from '@adonisjs/core/types'
 import type { PayoutsManagerConfig } from '../accounts_config.ts'
 import type { PayoutsConfig } from '../define_config.ts'
-import { E_UNKNOWN_PAYOUTS_ACCOUNT } from '../errors.ts'
+import { E_PAYOUTS_UNKNOWN_ACCOUNT } from '../errors.ts'
 import type { PayoutsFake, PayoutsFakeOptions } from '../testing/payouts_fake.ts'
 import type { ChannelAuthorizers, ChannelBroadcaster } from './notifier.ts'
 import { PayoutsService } from './payouts_service.ts'
@@ -39,7 +39,7 @@ export class PayoutsManager extends PayoutsService {
 
   /**
    * The service of `account` (the default one without a name). An account config/payouts.ts
-   * does not have is refused with E_UNKNOWN_PAYOUTS_ACCOUNT, never read as the default.
+   * does not have is refused with E_PAYOUTS_UNKNOWN_ACCOUNT, never read as the default.
    */
   use(account?: string): PayoutsService {
     if (account === undefined || account === this.config.account) return this
@@ -47,7 +47,7 @@ export class PayoutsManager extends PayoutsService {
       ? this.accountsConfig.accounts[account]
       : undefined
     if (!config) {
-      throw new E_UNKNOWN_PAYOUTS_ACCOUNT([String(account), this.accounts.join(', ')])
+      throw new E_PAYOUTS_UNKNOWN_ACCOUNT([String(account), this.accounts.join(', ')])
     }
     let service = this.#others.get(account)
     if (!service) {

@@ -1,9 +1,9 @@
 import { PayoutsApiError } from '../client/errors.ts'
 import type { PayoutsClient } from '../client/main.ts'
 import {
-  E_WEBHOOK_ROTATION_UNCONFIRMED,
-  E_WEBHOOK_SECRET_NOT_STORED,
-  E_WEBHOOK_SUBSCRIPTION_NOT_FOUND,
+  E_PAYOUTS_WEBHOOK_ROTATION_UNCONFIRMED,
+  E_PAYOUTS_WEBHOOK_SECRET_NOT_STORED,
+  E_PAYOUTS_WEBHOOK_SUBSCRIPTION_NOT_FOUND,
 } from '../errors.ts'
 import type { SecretStore } from '../webhooks/secret_store.ts'
 
@@ -44,12 +44,12 @@ export function webhookSubscriptions(
     /**
      * Rotates at the service, then stores the new secret in place of the old one, which
      * the service stopped signing with: no overlap. A subscription whose secret is not
-     * stored here is refused before the service is asked (`E_WEBHOOK_SECRET_NOT_STORED`).
+     * stored here is refused before the service is asked (`E_PAYOUTS_WEBHOOK_SECRET_NOT_STORED`).
      */
     rotateSecret: async (subscriptionId: string) => {
       const secrets = await store()
       if (!(await secrets.has(subscriptionId))) {
-        throw new E_WEBHOOK_SECRET_NOT_STORED([subscriptionId])
+        throw new E_PAYOUTS_WEBHOOK_SECRET_NOT_STORED([subscriptionId])
       }
       let rotated: Awaited<ReturnType<PayoutsClient['webhooks']['subscriptions']['rotateSecret']>>
       try {
@@ -57,19 +57,19 @@ export function webhookSubscriptions(
       } catch (error) {
         // A refusal changed nothing; a lost answer may have rotated the secret there.
         if (!(error instanceof PayoutsApiError && error.outcomeUnknown)) throw error
-        throw new E_WEBHOOK_ROTATION_UNCONFIRMED([subscriptionId], { cause: error })
+        throw new E_PAYOUTS_WEBHOOK_ROTATION_UNCONFIRMED([subscriptionId], { cause: error })
       }
       try {
         await secrets.rotate(subscriptionId, rotated.secret)
       } catch (error) {
-        throw new E_WEBHOOK_ROTATION_UNCONFIRMED([subscriptionId], { cause: error })
+        throw new E_PAYOUTS_WEBHOOK_ROTATION_UNCONFIRMED([subscriptionId], { cause: error })
       }
       return { id: rotated.id }
     },
     /**
      * Deletes at the service, then the stored secrets. A 404 from the service (already
      * gone) still deletes here (`deletedAtService: false`); an id neither side knows is
-     * `E_WEBHOOK_SUBSCRIPTION_NOT_FOUND`; any other refusal deletes nothing.
+     * `E_PAYOUTS_WEBHOOK_SUBSCRIPTION_NOT_FOUND`; any other refusal deletes nothing.
      */
     delete: async (subscriptionId: string) => {
       const secrets = await store()
@@ -82,7 +82,7 @@ export function webhookSubscriptions(
       }
       const removedLocally = await secrets.delete(subscriptionId)
       if (!deletedAtService && !removedLocally) {
-        throw new E_WEBHOOK_SUBSCRIPTION_NOT_FOUND([subscriptionId])
+        throw new E_PAYOUTS_WEBHOOK_SUBSCRIPTION_NOT_FOUND([subscriptionId])
       }
       return { id: subscriptionId, deletedAtService, removedLocally }
     },

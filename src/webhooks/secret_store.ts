@@ -3,7 +3,7 @@ import { dbDate, fromDbDate } from '../database/dates.ts'
 import { withDeadline } from '../time_bounds.ts'
 import { dropIdleConnections, withStatementTimeout } from '../database/deadline.ts'
 import { affectedRows } from '../database/dialects.ts'
-import { E_WEBHOOK_SECRET_NOT_STORED } from '../errors.ts'
+import { E_PAYOUTS_WEBHOOK_SECRET_NOT_STORED } from '../errors.ts'
 import { DEFAULT_ACCOUNT } from '../constants.ts'
 
 /** Encrypts and decrypts with the app's APP_KEY (AdonisJS `encryption`). */
@@ -107,7 +107,7 @@ export class SecretStore {
         updated_at: dbDate(client),
       })
     this.#invalidate()
-    if (!affectedRows(updated)) throw new E_WEBHOOK_SECRET_NOT_STORED([subscriptionId])
+    if (!affectedRows(updated)) throw new E_PAYOUTS_WEBHOOK_SECRET_NOT_STORED([subscriptionId])
   }
 
   /** Forgets a subscription's secrets; false when none were stored. */

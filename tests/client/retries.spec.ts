@@ -237,6 +237,21 @@ test.group('Client | retry classification', () => {
     assert.lengthOf(server.requests, 1)
   })
 
+  test('a caller abort during the wait before a retry ends the call ABORTED, not sent again', async ({
+    assert,
+    cleanup,
+  }) => {
+    const controller = new AbortController()
+    const { client, server } = await scriptedClient(cleanup, [{ status: 503 }], {
+      retry: { maxRetries: 3, baseDelayMs: 1, jitter: 0 },
+      sleep: async () => controller.abort(),
+    })
+    const error = await client.getPayout('po_1', { signal: controller.signal }).catch((e) => e)
+    assert.equal(error.name, 'PayoutsAbortedError')
+    assert.equal(error.code, 'ABORTED')
+    assert.lengthOf(server.requests, 1)
+  })
+
   test("long timeouts run on undici's timers: silent headers and a stalled body both time out", async ({
     assert,
     cleanup,

@@ -36,13 +36,13 @@ async function redisDown(): Promise<boolean> {
 }
 const SKIP_REASON = `Redis does not answer at ${REDIS_URL}`
 
-/** The message of the E_INVALID_PAYOUTS_CONFIG `validate` throws, or a failure. */
+/** The message of the E_PAYOUTS_INVALID_CONFIG `validate` throws, or a failure. */
 function refusal(validate: () => unknown): string {
   try {
     validate()
   } catch (error) {
     const { code, message } = error as { code?: string; message: string }
-    if (code !== 'E_INVALID_PAYOUTS_CONFIG') throw error
+    if (code !== 'E_PAYOUTS_INVALID_CONFIG') throw error
     return message
   }
   throw new Error('the config was accepted')

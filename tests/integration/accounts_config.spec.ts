@@ -31,13 +31,13 @@ function twoAccounts(overrides: Record<string, unknown> = {}): PayoutsManagerCon
   } as PayoutsManagerConfigInput
 }
 
-/** The reason of an E_INVALID_PAYOUTS_CONFIG thrown by validateManagerConfig, or a failure. */
+/** The reason of an E_PAYOUTS_INVALID_CONFIG thrown by validateManagerConfig, or a failure. */
 function refusal(input: unknown): string {
   try {
     validateManagerConfig(input as PayoutsManagerConfigInput)
   } catch (error) {
     const { code, message } = error as { code?: string; message: string }
-    if (code !== 'E_INVALID_PAYOUTS_CONFIG') throw error
+    if (code !== 'E_PAYOUTS_INVALID_CONFIG') throw error
     return message
   }
   throw new Error('the config was accepted')
@@ -327,7 +327,7 @@ test.group('Accounts | the manager in a host app', () => {
     assert.strictEqual(manager.all()[1], main)
   })
 
-  test("use('nope') throws E_UNKNOWN_PAYOUTS_ACCOUNT naming the accounts", async ({
+  test("use('nope') throws E_PAYOUTS_UNKNOWN_ACCOUNT naming the accounts", async ({
     assert,
     cleanup,
   }) => {
@@ -339,7 +339,7 @@ test.group('Accounts | the manager in a host app', () => {
         manager.use(name)
         assert.fail(`use('${name}') gave a service`)
       } catch (error) {
-        assert.equal((error as { code?: string }).code, 'E_UNKNOWN_PAYOUTS_ACCOUNT', name)
+        assert.equal((error as { code?: string }).code, 'E_PAYOUTS_UNKNOWN_ACCOUNT', name)
         assert.match((error as Error).message, /config\/payouts\.ts has main, eu/)
       }
     }

@@ -159,7 +159,11 @@ test.group(`Provider | errors a host app lets through (${TEST_DB})`, () => {
       assert.equal(response.statusCode, 422)
       assert.deepEqual(await response.body.json(), {
         errors: [
-          { field: 'amount', message: 'Too small: expected number to be >0', code: 'E_VALIDATION' },
+          {
+            field: 'amount',
+            message: 'Too small: expected number to be >0',
+            code: 'E_PAYOUTS_VALIDATION',
+          },
         ],
       })
     }
@@ -167,7 +171,7 @@ test.group(`Provider | errors a host app lets through (${TEST_DB})`, () => {
     assert.equal(unknownFlow.statusCode, 422)
     assert.deepInclude(((await unknownFlow.body.json()) as any).errors[0], {
       field: 'flow',
-      code: 'E_VALIDATION',
+      code: 'E_PAYOUTS_VALIDATION',
     })
     assert.equal(emu.state.idempotency.size, 0, 'nothing reached the service')
 

@@ -4,7 +4,7 @@ import { DateTime, type DurationLike } from 'luxon'
 import type { PayoutsService } from '../../src/service/payouts_service.ts'
 import { PayoutsResponseError, ServerError } from '../../src/client/main.ts'
 import { Reconciler } from '../../src/jobs/reconciler.ts'
-import { E_ESCROW_CONFIRMATION_IN_FLIGHT } from '../../src/errors.ts'
+import { E_PAYOUTS_ESCROW_CONFIRMATION_IN_FLIGHT } from '../../src/errors.ts'
 import { EscrowDeposit, Payout } from '../../src/models/main.ts'
 import { executeBodies, fiatBody, startEmulator, testClient } from '../emulator/helpers.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
@@ -95,7 +95,7 @@ test.group(`Jobs | escrow fallback (${TEST_DB})`, () => {
     const error = await payouts.escrow
       .recordDeposit({ quoteId: result.quoteId, txHash: otherHash })
       .catch((e) => e)
-    assert.instanceOf(error, E_ESCROW_CONFIRMATION_IN_FLIGHT)
+    assert.instanceOf(error, E_PAYOUTS_ESCROW_CONFIRMATION_IN_FLIGHT)
     assert.equal(error.status, 409)
     const stored = await EscrowDeposit.findByOrFail('quoteId', result.quoteId)
     assert.deepEqual([stored.state, stored.txHash], ['confirm_requested', txHash])

@@ -196,7 +196,7 @@ test.group(`Ledger | executor (${TEST_DB})`, () => {
     assert.deepInclude(summary, { resent: 1, flagged: 1, unknown: 0 })
     await intent.refresh()
     assert.equal(intent.state, 'needs_attention')
-    assert.deepInclude(intent.error!, { code: 'E_VALIDATION', field: 'amount' })
+    assert.deepInclude(intent.error!, { code: 'E_PAYOUTS_VALIDATION', field: 'amount' })
   })
 
   test('an unknown outcome is recovered with the same key: exactly one payout at the service', async ({

@@ -157,7 +157,7 @@ test.group(`Webhooks | secret lifecycle (${TEST_DB})`, () => {
     assert.equal((await deliver(app, secret)).status, 200, 'still subscribed, still accepted')
 
     const unknown = await app.payouts.webhooks.delete('sub_unknown').catch((error) => error)
-    assert.equal(unknown.code, 'E_WEBHOOK_SUBSCRIPTION_NOT_FOUND')
+    assert.equal(unknown.code, 'E_PAYOUTS_WEBHOOK_SUBSCRIPTION_NOT_FOUND')
     assert.include(unknown.message, 'sub_unknown')
   })
 
@@ -169,7 +169,7 @@ test.group(`Webhooks | secret lifecycle (${TEST_DB})`, () => {
     emu.admin.setFaults({ errorRate: 1, pathPrefixes: ['/webhooks/subscriptions'] })
     const error = await app.payouts.webhooks.rotateSecret(id).catch((e) => e)
     emu.admin.setFaults({})
-    assert.equal(error.code, 'E_WEBHOOK_ROTATION_UNCONFIRMED')
+    assert.equal(error.code, 'E_PAYOUTS_WEBHOOK_ROTATION_UNCONFIRMED')
     assert.include(error.message, 'rotate it again')
     assert.isAtLeast(error.cause.status, 500)
     // Rotating again brings the app and the service back to one secret.
@@ -191,7 +191,7 @@ test.group(`Webhooks | secret lifecycle (${TEST_DB})`, () => {
       events: ['payout.created'],
     })
     const error = await app.payouts.webhooks.rotateSecret(elsewhere.id).catch((e) => e)
-    assert.equal(error.code, 'E_WEBHOOK_SECRET_NOT_STORED')
+    assert.equal(error.code, 'E_PAYOUTS_WEBHOOK_SECRET_NOT_STORED')
     assert.include(error.message, elsewhere.id)
     assert.equal(
       emu.webhooks.subscriptions.get(elsewhere.id)!.secret,
