@@ -31,6 +31,20 @@ export function isSqlite(client: QueryClientContract): boolean {
   return SQLITE_DIALECTS.has(client.dialect.name)
 }
 
+/**
+ * How long a SQLite process that wrote should leave the file's write lock free so that a
+ * process that waited for it through its last transaction (`heldMs`) gets it. SQLite's busy
+ * handler (what `busy_timeout` installs) queues nobody: a waiter sleeps and polls, after 1,
+ * 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, then 100 ms each, so a process that commits and
+ * begins its next transaction at once takes the lock again before the waiter looks, batch
+ * after batch (an insert behind ten back-to-back transactions of 50 ms waited 554 ms). A
+ * waiter has waited at most `heldMs` when it ends, and its next poll comes within its current
+ * sleep, at most max(5, heldMs) + 2 ms and 100 ms; 2 ms more let it be scheduled.
+ */
+export function sqliteHandoverMs(heldMs: number): number {
+  return Math.min(100, Math.max(5, Math.ceil(heldMs)) + 2) + 2
+}
+
 /** Whether `SELECT ... FOR UPDATE` means something here (SQLite has one writer instead). */
 export function locksRows(client: QueryClientContract): boolean {
   return !isSqlite(client)

@@ -116,6 +116,8 @@ export class InboxProcessor {
   /** Acknowledgements in flight in this process, and the slices waiting for them to end. */
   #acknowledging = 0
   #waitingForAcks: Array<() => void> = []
+  /** The time budget of each batch of the drains that are not sliced (see `budgetBatches`). */
+  #batchBudgetMs = 0
   #options: Required<Omit<InboxProcessorOptions, 'now'>> & { now: () => Date }
 
   constructor(options: InboxProcessorOptions) {
@@ -130,6 +132,23 @@ export class InboxProcessor {
       ...options,
     }
     this.#sliceRows = Math.min(FIRST_SLICE_ROWS, this.#options.batchSize)
+  }
+
+  /**
+   * Sizes the batches of the drains that are not sliced (the worker's) from the pace of the
+   * last one so that each transaction lasts about `ms`, as an inline drain's slices are sized
+   * to `sliceMs`; the first such batch is whole (`batchSize`), its pace sizes the next. The
+   * worker sets it on SQLite, where the web process's insert waits while a batch holds the
+   * file's write lock (see `PayoutsWorker`); 0 (the default) takes whole batches.
+   */
+  budgetBatches(ms: number): void {
+    this.#batchBudgetMs = ms
+    this.#sliceRows = this.#options.batchSize
+  }
+
+  /** How long the last batch held the database (its transaction), ms. */
+  get lastBatchMs(): number {
+    return this.#heldMs
   }
 
   /** Starts a drain unless one is running; a kick during a drain runs one more pass. */
@@ -225,11 +244,12 @@ export class InboxProcessor {
         if (batches > 0) await nextTurn()
         await this.#acknowledgementsAnswered(this.#options.sliceMs * 4)
       }
-      const size = options.sliced ? this.#sliceRows : this.#options.batchSize
+      const budgetMs = options.sliced ? this.#options.sliceMs : this.#batchBudgetMs
+      const size = budgetMs > 0 ? this.#sliceRows : this.#options.batchSize
       const rows = await this.#batch(size)
       if (rows === 0) return handled
       handled += rows
-      if (options.sliced) this.#paceSlices(rows, this.#heldMs)
+      if (budgetMs > 0) this.#paceSlices(rows, this.#heldMs, budgetMs)
     }
     return handled
   }
@@ -244,12 +264,13 @@ export class InboxProcessor {
   }
 
   /**
-   * Sizes the next slice from this one's pace: the rows that fit in `sliceMs` at it, at
-   * most twice as many as this one and at least one, never more than `batchSize`.
+   * Sizes the next slice from this one's pace: the rows that fit in `budgetMs` (`sliceMs`,
+   * or the worker's budget) at it, at most twice as many as this one and at least one,
+   * never more than `batchSize`.
    */
-  #paceSlices(rows: number, ms: number) {
-    const { sliceMs, batchSize } = this.#options
-    const fits = Math.floor((rows * sliceMs) / Math.max(ms, 0.05))
+  #paceSlices(rows: number, ms: number, budgetMs: number) {
+    const { batchSize } = this.#options
+    const fits = Math.floor((rows * budgetMs) / Math.max(ms, 0.05))
     this.#sliceRows = Math.max(1, Math.min(fits, rows * 2, batchSize))
   }
 
