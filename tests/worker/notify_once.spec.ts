@@ -43,7 +43,7 @@ async function setup(cleanup: (fn: () => Promise<void>) => void, count: number) 
 /** When a child logged `message` (pino's `time`, ms since the epoch), from its stdout. */
 function startTimeOf(stdout: string, message: string): number {
   for (const line of stdout.split('\n')) {
-    if (!line.startsWith('{')) continue
+    if (!line.startsWith('{') || !line.includes(message)) continue
     const entry = JSON.parse(line) as { msg?: string; time?: number }
     if (entry.msg === message && typeof entry.time === 'number') return entry.time
   }
@@ -175,6 +175,12 @@ test.group(`Worker | a killed worker's work is taken over after its lease (${TES
     // counted from when both the lease had passed and the second worker had started: its boot
     // takes seconds of its own on a loaded machine.
     const first = Math.min(...fired.map((e) => e.at))
+    // Its start is logged after its first sweep may already have told them: wait for the line.
+    await waitFor(
+      'the second worker logged its start',
+      () => /"msg":"payouts worker started"[^\n]*\n/.test(second.stdout()),
+      { timeoutMs: 15_000 }
+    )
     const startedAt = startTimeOf(second.stdout(), 'payouts worker started')
     assert.isBelow(first - Math.max(killedAt + 3000, startedAt), 5000)
   }).timeout(90_000)
