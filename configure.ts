@@ -168,7 +168,7 @@ export async function configure(command: Configure) {
       PAYOUTS_API_KEY: 'Env.schema.secret.optional()',
       PAYOUTS_BASE_URL: 'Env.schema.string({ format: "url", tld: false })',
       PAYOUTS_WEBHOOK_SECRET: 'Env.schema.secret.optional()',
-      ...(jobLocks.redisUrl ? { PAYOUTS_REDIS_URL: 'Env.schema.string.optional()' } : {}),
+      ...(jobLocks.redisUrl ? { PAYOUTS_REDIS_URL: 'Env.schema.secret.optional()' } : {}),
       PAYOUTS_PROCESSING: "Env.schema.enum.optional(['inline', 'worker'] as const)",
     },
   })

@@ -10,11 +10,13 @@ export default class PayoutsRecover extends PayoutsCommand<Result> {
   static commandName = 'payouts:recover'
   static description = 'Re-send unknown execution intents with their original Idempotency-Key'
 
+  // No `default` here: with one, a bare `--older-than-ms` (an unset variable in a script)
+  // would run with it; without, ace refuses a mentioned flag with no value.
   @flags.string({
-    description: 'Only intents idle for this long (milliseconds, or e.g. "10m", "2h")',
-    default: '1m',
+    description:
+      'Only intents idle for this long (milliseconds, or e.g. "10m", "2h") [default: 1m]',
   })
-  declare olderThanMs: string
+  declare olderThanMs?: string
 
   protected failure = 'Recovery failed'
 
@@ -23,7 +25,7 @@ export default class PayoutsRecover extends PayoutsCommand<Result> {
   protected async accepted() {
     const { ms, refused } = durationFlag(
       'older-than-ms',
-      this.olderThanMs,
+      this.olderThanMs ?? '1m',
       0,
       Number.MAX_SAFE_INTEGER
     )

@@ -61,11 +61,25 @@ const duration = (bounds: z.ZodNumber) =>
     .union([z.number(), z.string()], { error: `must be ${DURATION_FORM}` })
     .transform((value, ctx): number => {
       const ms = toMilliseconds(value)
-      if (ms !== undefined) return ms
-      ctx.addIssue({ code: 'custom', message: `must be ${DURATION_FORM}` })
-      return z.NEVER
+      if (ms === undefined) {
+        ctx.addIssue({ code: 'custom', message: `must be ${DURATION_FORM}` })
+        return z.NEVER
+      }
+      // Every duration ends up in a timer, and Node runs a longer one as 1 ms (with a
+      // TimeoutOverflowWarning): a '30d' job interval would then fire every millisecond.
+      if (ms > MAX_TIMER_MS) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `must be at most ${MAX_TIMER_MS} ms (about 24.8 days), the longest timer Node runs`,
+        })
+        return z.NEVER
+      }
+      return ms
     })
     .pipe(bounds)
+
+/** The longest delay `setTimeout`/`setInterval` take (2^31 - 1 ms). */
+const MAX_TIMER_MS = 2_147_483_647
 
 /** A `redis://` or `rediss://` URL. */
 const REDIS_URL = /^rediss?:\/\//
@@ -443,7 +457,7 @@ const withoutPassword = redactCredentials
 
 /**
  * Makes the config safe to print: `console.log(config)`, `JSON.stringify(config)` and an
- * assertion's diff of it (or of its `webhook` and `jobs` parts) show `[redacted]` for the
+ * assertion's diff of it (or of its `webhook`, `jobs` and `events` parts) show `[redacted]` for the
  * API key, the webhook secrets and the credentials of any URL (`baseUrl`, `events.websocketUrl`,
  * `jobs.redisUrl`). The values themselves are untouched.
  */
@@ -459,9 +473,13 @@ function redactWhenShown(config: PayoutsConfig): PayoutsConfig {
       ...config,
       apiKey: config.apiKey && REDACTED,
       baseUrl: redactCredentials(config.baseUrl),
-      events: { ...config.events, websocketUrl: redactCredentials(config.events.websocketUrl) },
+      events: shown.events(),
       webhook: shown.webhook(),
       jobs: shown.jobs(),
+    }),
+    events: () => ({
+      ...config.events,
+      websocketUrl: redactCredentials(config.events.websocketUrl),
     }),
   }
   const hide = (target: object, view: () => object) => {
@@ -471,6 +489,7 @@ function redactWhenShown(config: PayoutsConfig): PayoutsConfig {
   }
   hide(config.webhook, shown.webhook)
   hide(config.jobs, shown.jobs)
+  hide(config.events, shown.events)
   hide(config, shown.root)
   return config
 }

@@ -12,5 +12,15 @@ const CREDENTIALS = /\b([a-z][a-z0-9+.-]*:\/\/)[^\s/?#@]*(?:@[^\s/?#@]*)*@/gi
  */
 export function redactCredentials<T extends string | undefined>(text: T): T {
   if (!text) return text
-  return text.replace(CREDENTIALS, `$1${REDACTED_CREDENTIALS}@`) as T
+  return text
+    .replace(CREDENTIALS, `$1${REDACTED_CREDENTIALS}@`)
+    .replace(SECRET_PARAMS, `$1${REDACTED_CREDENTIALS}`) as T
 }
+
+/**
+ * A query parameter that carries a credential (`?password=`, which ioredis reads, `&token=`,
+ * `access_token`, `auth`, `secret`, `key`, `api_key`, `sig`...): its value up to the next `&`,
+ * `#` or space.
+ */
+const SECRET_PARAMS =
+  /([?&](?:[a-z0-9_.-]*(?:password|passwd|pwd|token|secret|auth|key|sig|signature|credential)[a-z0-9_.-]*)=)[^&#\s]*/gi

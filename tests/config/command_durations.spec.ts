@@ -74,6 +74,30 @@ test.group(`Commands | duration flags (${TEST_DB})`, () => {
     assert.equal(acted, 0, 'no refused command reached the service')
   })
 
+  test('a duration flag given with no value (an unset variable in a script) is refused, never its default', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { app, run } = await setup(cleanup)
+    let acted = 0
+    app.payouts.recover = (async () => void acted++) as never
+    app.payouts.reconcile = (async () => void acted++) as never
+    for (const [Command, flag] of [
+      [PayoutsRecover, 'older-than-ms'],
+      [PayoutsReconcile, 'stale-after-ms'],
+    ] as const) {
+      const outcome = await run(Command, [`--${flag}`, '--json']).then(
+        (command) => ({ exitCode: command.exitCode as number | undefined, error: undefined }),
+        (error: { code?: string }) => ({ exitCode: undefined, error })
+      )
+      assert.isTrue(
+        outcome.error?.code === 'E_MISSING_FLAG_VALUE' || outcome.exitCode === 1,
+        `--${flag} with no value is refused: ${JSON.stringify(outcome)}`
+      )
+    }
+    assert.equal(acted, 0, 'no command reached the service')
+  })
+
   test('payouts:work takes --poll-interval-ms and --stop-timeout-ms as durations, within setTimeout bounds', async ({
     assert,
     cleanup,

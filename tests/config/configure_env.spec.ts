@@ -150,6 +150,6 @@ test.group('Configure | secrets and the job locks', (group) => {
     const ace = await setupScratchApp(fs)
     await configure(ace, ARGS)
     await assert.fileContains('config/payouts.ts', `redisUrl: env.get('PAYOUTS_REDIS_URL'),`)
-    await assert.fileContains('start/env.ts', 'PAYOUTS_REDIS_URL: Env.schema.string.optional()')
+    await assert.fileContains('start/env.ts', 'PAYOUTS_REDIS_URL: Env.schema.secret.optional()')
   })
 })

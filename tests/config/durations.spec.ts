@@ -87,6 +87,22 @@ test.group('Config | durations', () => {
     }
   })
 
+  test('every *Ms option refuses more than the longest timer (2^31 - 1 ms), as a number or "25d"', ({
+    assert,
+  }) => {
+    for (const path of durationPaths()) {
+      const name = path.join('.')
+      for (const value of ['25d', 2_147_483_648]) {
+        const message = refusal(() => validateConfig(withValue(path, value) as never))
+        assert.include(message, name, `${name} = ${value}`)
+        assert.include(message, 'at most 2147483647 ms', `${name} = ${value}`)
+      }
+    }
+    // The longest timer itself is accepted where the key's own bounds allow it.
+    const config = validateConfig(withValue(['jobs', 'pruneEveryMs'], 2_147_483_647) as never)
+    assert.strictEqual(config.jobs.pruneEveryMs, 2_147_483_647)
+  })
+
   test('a number is still milliseconds; "2h", "500ms", "1.5s", "2 minutes" and zero of any unit read as AdonisJS reads them', ({
     assert,
   }) => {

@@ -60,6 +60,31 @@ test.group('Redacting credentials in URLs', () => {
     // The values themselves are untouched.
     assert.include(config.baseUrl, PASSWORD)
   })
+
+  test('a credential in a query string (?password= that ioredis reads, ?token=) is hidden too, in every part of the config', ({
+    assert,
+  }) => {
+    assert.equal(
+      redactCredentials('redis://h:6379/0?db=1&password=pw&family=4'),
+      'redis://h:6379/0?db=1&password=[redacted]&family=4'
+    )
+    assert.equal(
+      redactCredentials('wss://h/ws?access_token=t0k#x'),
+      'wss://h/ws?access_token=[redacted]#x'
+    )
+    assert.equal(redactCredentials('https://h/a?page=2&sort=asc'), 'https://h/a?page=2&sort=asc')
+    const config = validateConfig({
+      baseUrl: 'https://payouts.example',
+      events: { websocketUrl: `wss://u:${PASSWORD}@payouts.example/ws?token=${PASSWORD}` },
+      jobs: { redisUrl: `redis://redis.example:6379/0?password=${PASSWORD}` },
+    })
+    for (const part of [config, config.events, config.jobs]) {
+      for (const shown of [inspect(part, { depth: 5 }), JSON.stringify(part)]) {
+        assert.notInclude(shown, PASSWORD)
+      }
+    }
+    assert.include(config.jobs.redisUrl, PASSWORD)
+  })
 })
 
 test.group(`Health | a base URL with credentials (${TEST_DB})`, () => {

@@ -167,7 +167,7 @@ test.group('Configure', (group) => {
     await assert.fileContains('start/env.ts', [
       'PAYOUTS_API_KEY: Env.schema.secret.optional()',
       'PAYOUTS_WEBHOOK_SECRET: Env.schema.secret.optional()',
-      'PAYOUTS_REDIS_URL: Env.schema.string.optional()',
+      'PAYOUTS_REDIS_URL: Env.schema.secret.optional()',
       "PAYOUTS_PROCESSING: Env.schema.enum.optional(['inline', 'worker'] as const)",
     ])
     command.assertLog('  - node ace migration:run')
