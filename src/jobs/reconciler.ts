@@ -71,16 +71,6 @@ function later(a: DateTime, b: DateTime): DateTime {
   return a.toMillis() >= b.toMillis() ? a : b
 }
 
-/** `a` and `b` taken in turn (what is left of the longer one at the end). */
-function alternate<T>(a: T[], b: T[]): T[] {
-  const out: T[] = []
-  for (let i = 0; i < Math.max(a.length, b.length); i++) {
-    if (i < a.length) out.push(a[i])
-    if (i < b.length) out.push(b[i])
-  }
-  return out
-}
-
 /**
  * Failures that are not about one payout, reading on would fail the same way: no answer,
  * the key refused (a wrong environment included), rate limited, the service failing.
@@ -102,8 +92,9 @@ function isServiceWide(error: PayoutsApiError): boolean {
  * so a payout that ended by a webhook would otherwise keep the detail of a read from before
  * its end (a failed leg's status missing). Such a read leaves the status where it is (a
  * terminal status is never left) and fires no event; its detail is dated no earlier than the
- * end, so the payout is not read again. Both kinds share the batch, taken in turn, and the
- * budget.
+ * end, so the payout is not read again. Unfinished payouts come first: the ended ones take
+ * the room they leave in the batch and the budget (a missed status change matters more than
+ * a leg's detail, which waits for a quieter run).
  */
 export class Reconciler {
   #options: Required<Omit<ReconcilerOptions, 'connection' | 'onStuck'>> &
@@ -133,13 +124,15 @@ export class Reconciler {
     const staleAfterMs = overrides.staleAfterMs ?? this.#options.staleAfterMs
     const now = this.#options.now()
     const stale = await this.#stale(now.minus({ milliseconds: staleAfterMs }), batchSize)
-    // Taken in turn with the stale ones, so neither kind starves the other: at least half
-    // the batch when both fill it, all of what the other leaves.
-    const ended = await this.#endedUnread(
-      now.minus({ milliseconds: endedWithinMs }),
-      batchSize - Math.min(stale.length, Math.floor(batchSize / 2))
-    )
-    const payouts = alternate(stale, ended).slice(0, batchSize)
+    // The room the unfinished ones leave: a missed status change comes before a leg's detail.
+    const ended =
+      stale.length < batchSize
+        ? await this.#endedUnread(
+            now.minus({ milliseconds: endedWithinMs }),
+            batchSize - stale.length
+          )
+        : []
+    const payouts = [...stale, ...ended]
     const summary: ReconcileSummary = {
       checked: 0,
       changed: 0,

@@ -146,7 +146,7 @@ test.group(`Jobs | reconciliation of ended payouts (${TEST_DB})`, (group) => {
     assert.isNull((await s.row(forgotten)).providerMetadata)
   })
 
-  test('ended and quiet unfinished payouts share the batch in turn: neither starves the other', async ({
+  test('quiet unfinished payouts come first; ended ones take the room they leave in the batch', async ({
     assert,
     cleanup,
   }) => {
@@ -163,14 +163,14 @@ test.group(`Jobs | reconciliation of ended payouts (${TEST_DB})`, (group) => {
         : { status: 'failed', providerMetadata: metadata('conversion_failed') }
     )
     const kinds = (ids: string[]) => ids.map((id) => (ended.includes(id) ? 'ended' : 'running'))
-    // A batch of 4 with 4 of each kind: two of each, in turn.
-    const first = await s.reconciler({ batchSize: 4 }).run({ staleAfterMs: 0 })
-    assert.deepInclude(first, { checked: 4, ended: 2 })
-    assert.deepEqual(kinds(s.reads), ['running', 'ended', 'running', 'ended'])
-    // The next run: the other two ended ones (the ones read are done with), two running ones.
-    const second = await s.reconciler({ batchSize: 4 }).run({ staleAfterMs: 0 })
-    assert.deepInclude(second, { checked: 4, ended: 2 })
-    assert.deepEqual(kinds(s.reads.slice(4)), ['running', 'ended', 'running', 'ended'])
+    // A batch of 6 with 4 of each kind: the 4 unfinished ones, then 2 ended ones.
+    const first = await s.reconciler({ batchSize: 6 }).run({ staleAfterMs: 0 })
+    assert.deepInclude(first, { checked: 6, ended: 2 })
+    assert.deepEqual(kinds(s.reads), ['running', 'running', 'running', 'running', 'ended', 'ended'])
+    // The next run at the default staleness: the unfinished ones were just read, so the
+    // other two ended ones get the batch.
+    const second = await s.reconciler({ batchSize: 6 }).run()
+    assert.deepInclude(second, { checked: 2, ended: 2 })
     assert.sameMembers(
       s.reads.filter((id) => ended.includes(id)),
       ended
@@ -179,7 +179,7 @@ test.group(`Jobs | reconciliation of ended payouts (${TEST_DB})`, (group) => {
       assert.equal((await s.row(id)).providerMetadata?.offramp?.status, 'conversion_failed')
     }
     // Done with: a run reads only running ones.
-    assert.deepInclude(await s.reconciler({ batchSize: 4 }).run({ staleAfterMs: 0 }), {
+    assert.deepInclude(await s.reconciler({ batchSize: 6 }).run({ staleAfterMs: 0 }), {
       ended: 0,
     })
   })
