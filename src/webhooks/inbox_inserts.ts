@@ -1,5 +1,7 @@
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
-import { skipsLockedRows } from '../database/dialects.ts'
+import debug from '../debug.ts'
+import { E_PAYOUTS_COMMIT_UNCONFIRMED } from '../errors.ts'
+import { isDeadlock, skipsLockedRows } from '../database/dialects.ts'
 import { dbDate } from '../database/dates.ts'
 import { withDeadline } from '../time_bounds.ts'
 import { traceParentOrNull } from '../tracing/trace_parent.ts'
@@ -21,6 +23,12 @@ interface PendingInsert {
   resolve: (outcome: 'stored' | 'duplicate') => void
   reject: (error: unknown) => void
 }
+
+/**
+ * How many times in all an insert is run while the database picks it as a deadlock's victim
+ * (see `#retryingDeadlocks`): InnoDB's own advice is to issue such a transaction again.
+ */
+export const INSERT_DEADLOCK_ATTEMPTS = 3
 
 /** Unique-violation codes of SQLite, PostgreSQL and MySQL/MariaDB. */
 function isUniqueViolation(error: unknown): boolean {
@@ -70,7 +78,7 @@ export class InboxInserts {
       if (!groupsInserts(this.context, client)) {
         // Row by row forced: one row at a time, each delivery told its own outcome.
         for (const entry of batch) {
-          await this.#bounded(this.#insertOne(client, entry.input)).then(
+          await this.#bounded((expired) => this.#insertOne(client, entry.input, expired)).then(
             entry.resolve,
             entry.reject
           )
@@ -78,10 +86,11 @@ export class InboxInserts {
         continue
       }
       try {
-        const outcomes = await this.#bounded(
+        const outcomes = await this.#bounded((expired) =>
           this.#insertBatch(
             client,
-            batch.map((entry) => entry.input)
+            batch.map((entry) => entry.input),
+            expired
           )
         )
         batch.forEach((entry, index) => entry.resolve(outcomes[index]))
@@ -95,15 +104,52 @@ export class InboxInserts {
   /**
    * A stuck statement fails its own waiters and lets the loop go on with the next batch.
    * Were it awaited unbounded, one connection that stops answering without closing would
-   * hold every later delivery behind it, for good.
+   * hold every later delivery behind it, for good. The bound covers every run of a
+   * deadlock's victim: `expired` tells the insert that its waiters were failed, so it runs
+   * nothing more for them.
    */
-  #bounded<T>(insert: Promise<T>): Promise<T> {
+  #bounded<T>(insert: (expired: AbortSignal) => Promise<T>): Promise<T> {
+    const deadline = new AbortController()
     return withDeadline(
-      insert,
+      insert(deadline.signal),
       this.context.options.insertTimeoutMs ?? 0,
       'inbox insert',
-      (error) => dropIdleConnections(this.context.client(), error)
+      (error) => {
+        deadline.abort(error)
+        dropIdleConnections(this.context.client(), error)
+      }
     )
+  }
+
+  /**
+   * Runs `insert` (one statement, or one transaction) again when the database rolled it back
+   * as a deadlock's victim, up to `INSERT_DEADLOCK_ATTEMPTS` times in all: nothing of it was
+   * stored, so another run answers exactly what the first would have. At 500 deliveries/s
+   * InnoDB picks such victims among instances inserting side by side (and PostgreSQL between
+   * two inserting the same ids); failing the batch instead would answer each of its
+   * deliveries 503. Not once its waiters were failed at the bound (`expired`), nor inside a
+   * caller's transaction (a host test's global one): the deadlock rolled back (MySQL) or
+   * aborted (PostgreSQL) that transaction too, and running it again is the caller's work.
+   */
+  async #retryingDeadlocks<T>(
+    client: QueryClientContract,
+    expired: AbortSignal,
+    insert: () => Promise<T>
+  ): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await insert()
+      } catch (error) {
+        // A deadlock's victim at COMMIT was rolled back for certain: run again too.
+        const deadlock =
+          isDeadlock(error) ||
+          (error instanceof E_PAYOUTS_COMMIT_UNCONFIRMED && isDeadlock(error.cause))
+        const again =
+          attempt < INSERT_DEADLOCK_ATTEMPTS && !expired.aborted && !client.isTransaction
+        if (!deadlock || !again) throw error
+        debug('inbox: a deadlock rolled the insert back, attempt %d', attempt + 1)
+      }
+    }
   }
 
   /** A statement of the route's insert, under the route's bound. */
@@ -111,10 +157,16 @@ export class InboxInserts {
     return withStatementTimeout(query, this.context.options.insertTimeoutMs ?? 0)
   }
 
-  /** One multi-row insert; rows whose delivery id exists already are skipped, not failed. */
+  /**
+   * One multi-row insert; rows whose delivery id exists already are skipped, not failed. The
+   * rows go in delivery id order, whatever order they arrived in: two instances whose batches
+   * share ids then lock them in one order, and the one that comes second waits for the first
+   * instead of both waiting on each other (a deadlock, one batch rolled back).
+   */
   async #insertBatch(
     client: QueryClientContract,
-    inputs: InboxDeliveryInput[]
+    inputs: InboxDeliveryInput[],
+    expired: AbortSignal
   ): Promise<Array<'stored' | 'duplicate'>> {
     // The same id twice in one batch: the first is the delivery, the rest duplicates.
     const firstIndex = new Map<string, number>()
@@ -122,10 +174,13 @@ export class InboxInserts {
       if (!firstIndex.has(input.deliveryId)) firstIndex.set(input.deliveryId, index)
     })
     const receivedAt = dbDate(client)
-    const rows = [...firstIndex.values()].map((index) => this.#row(inputs[index], receivedAt))
+    // Code unit order: the same in every process, whatever the database's collation.
+    const rows = [...firstIndex.keys()]
+      .sort()
+      .map((deliveryId) => this.#row(inputs[firstIndex.get(deliveryId)!], receivedAt))
     const stored = batches(this.context, client)
-      ? await this.#insertReturning(client, rows)
-      : await this.#insertIgnoring(client, rows)
+      ? await this.#retryingDeadlocks(client, expired, () => this.#insertReturning(client, rows))
+      : await this.#insertIgnoring(client, rows, expired)
     return inputs.map((input, index) =>
       firstIndex.get(input.deliveryId) === index && stored.has(input.deliveryId)
         ? 'stored'
@@ -157,47 +212,59 @@ export class InboxInserts {
    * `INSERT IGNORE`, which would also turn a refused value into a stored default). A
    * delivery another instance stores in between fails that INSERT as a duplicate of
    * `(account, delivery_id)`: the batch is then stored row by row, each row told its outcome.
+   * A transaction chosen as a deadlock's victim is run again whole, its read included (what
+   * the other transaction committed meanwhile is then found stored).
    */
-  async #insertIgnoring(client: QueryClientContract, rows: Array<{ delivery_id: string }>) {
+  async #insertIgnoring(
+    client: QueryClientContract,
+    rows: Array<{ delivery_id: string }>,
+    expired: AbortSignal
+  ) {
     const ids = rows.map((row) => row.delivery_id)
     const timeoutMs = this.context.options.insertTimeoutMs ?? 0
     try {
-      return await boundedTransaction(
-        client,
-        { timeoutMs, what: 'inbox insert', writes: this.context.table },
-        async (trx) => {
-          const existing: Array<{ delivery_id: string }> = await this.#statementTimeout(
-            own(
-              this.context,
-              trx.knexQuery().table(this.context.table).select('delivery_id')
-            ).whereIn('delivery_id', ids)
-          )
-          const known = new Set(existing.map((row) => row.delivery_id))
-          const fresh = rows.filter((row) => !known.has(row.delivery_id))
-          if (fresh.length > 0) {
-            await this.#statementTimeout(trx.knexQuery().table(this.context.table).insert(fresh))
+      return await this.#retryingDeadlocks(client, expired, () =>
+        boundedTransaction(
+          client,
+          { timeoutMs, what: 'inbox insert', writes: this.context.table },
+          async (trx) => {
+            const existing: Array<{ delivery_id: string }> = await this.#statementTimeout(
+              own(
+                this.context,
+                trx.knexQuery().table(this.context.table).select('delivery_id')
+              ).whereIn('delivery_id', ids)
+            )
+            const known = new Set(existing.map((row) => row.delivery_id))
+            const fresh = rows.filter((row) => !known.has(row.delivery_id))
+            if (fresh.length > 0) {
+              await this.#statementTimeout(trx.knexQuery().table(this.context.table).insert(fresh))
+            }
+            return new Set(fresh.map((row) => row.delivery_id))
           }
-          return new Set(fresh.map((row) => row.delivery_id))
-        }
+        )
       )
     } catch (error) {
       if (!isUniqueViolation(error)) throw error
       const stored = new Set<string>()
       for (const row of rows) {
-        if ((await this.#insertRow(client, row)) === 'stored') stored.add(row.delivery_id)
+        if ((await this.#insertRow(client, row, expired)) === 'stored') {
+          stored.add(row.delivery_id)
+        }
       }
       return stored
     }
   }
 
-  async #insertOne(client: QueryClientContract, input: InboxDeliveryInput) {
-    return this.#insertRow(client, this.#row(input, dbDate(client)))
+  async #insertOne(client: QueryClientContract, input: InboxDeliveryInput, expired: AbortSignal) {
+    return this.#insertRow(client, this.#row(input, dbDate(client)), expired)
   }
 
-  /** One row on its own: stored, or found stored already. */
-  async #insertRow(client: QueryClientContract, row: object) {
+  /** One row on its own (a deadlock's victim run again): stored, or found stored already. */
+  async #insertRow(client: QueryClientContract, row: object, expired: AbortSignal) {
     try {
-      await this.#statementTimeout(client.knexQuery().table(this.context.table).insert(row))
+      await this.#retryingDeadlocks(client, expired, async () => {
+        await this.#statementTimeout(client.knexQuery().table(this.context.table).insert(row))
+      })
       return 'stored' as const
     } catch (error) {
       if (isUniqueViolation(error)) return 'duplicate' as const
