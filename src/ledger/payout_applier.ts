@@ -6,6 +6,7 @@ import { asStored, hasReturning, isMysql, locksRows } from '../database/dialects
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
 import { confirmDetectedDeposits } from './escrow_detection.ts'
+import { saveLockedPayouts } from './saved_rows.ts'
 import { insertPendingPayouts, snapshotOf } from './payout_rows.ts'
 import { DEFAULT_NOTIFY_LEASE_MS, leaseOwner, type NotifyLease } from './payout_outbox.ts'
 import { mergePlaceholders } from './read_id_placeholders.ts'
@@ -198,7 +199,8 @@ export class PayoutApplier {
    * A set of observations (sorted by payout id) in a few statements instead of a few per
    * observation: one SELECT locks every known payout (in id order, so two instances never
    * deadlock on them), one INSERT-or-ignore adds the new ones, the reducer runs in memory,
-   * each payout is saved once and the log gets one multi-row INSERT (MySQL: one per row).
+   * the payouts are saved in one UPDATE (`saveLockedPayouts`; SQLite: one per payout) and
+   * the log gets one multi-row INSERT (MySQL: one per row).
    * Same result, row for row, as applying them one by one.
    */
   async #applySet(
@@ -222,10 +224,7 @@ export class PayoutApplier {
       const snapshot = last.get(row) === index ? row : snapshotOf(row)
       return { row, snapshot, observation, advance, observedAt }
     })
-    for (const row of new Set(applied.map((a) => a.row))) {
-      row.useTransaction(trx)
-      await row.save()
-    }
+    await saveLockedPayouts(trx, new Set(applied.map((a) => a.row)))
     const ids = await this.#log(
       trx,
       applied.map((a) =>
