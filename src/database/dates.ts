@@ -13,9 +13,10 @@ export type DateClient = Pick<QueryClientContract, 'dialect'>
 export function dbDate(client: DateClient, value: Date | DateTime = new Date()): string {
   const format = client.dialect.dateTimeFormat
   const fast = FROM_ISO[format]
-  if (fast && value instanceof Date) {
-    const time = value.getTime()
-    if (time >= ISO_FROM && time < ISO_UNTIL) return fast(value.toISOString())
+  if (fast) {
+    // A DateTime's instant is its milliseconds, whatever its zone: written in UTC either way.
+    const time = value instanceof Date ? value.getTime() : value.toMillis()
+    if (time >= ISO_FROM && time < ISO_UNTIL) return fast(new Date(time).toISOString())
   }
   const dt = value instanceof DateTime ? value : DateTime.fromJSDate(value)
   return dt.toUTC().toFormat(format)
@@ -24,7 +25,8 @@ export function dbDate(client: DateClient, value: Date | DateTime = new Date()):
 /**
  * The dialects' `dateTimeFormat`s cut from `toISOString()` (always UTC, `yyyy-MM-ddTHH:mm:ss.SSSZ`
  * for years 1000 to 9999): Luxon's `toFormat` cost about a fiftieth of the webhook route's time,
- * where this is a slice. Any other format, a DateTime or a year outside goes through Luxon.
+ * and 8 % of an inbox batch's (each payout's dates are DateTimes), where this is a slice. Any
+ * other format, an invalid DateTime (NaN) or a year outside goes through Luxon.
  */
 const FROM_ISO: Record<string, (iso: string) => string> = {
   'yyyy-MM-dd HH:mm:ss': (iso) => `${iso.slice(0, 10)} ${iso.slice(11, 19)}`,

@@ -21,6 +21,11 @@ test.group('dbDate', () => {
             const expected = DateTime.fromJSDate(date).toUTC().toFormat(format)
             assert.equal(dbDate(clientWith(format), date), expected, `${format} ${date.getTime()}`)
             assert.equal(dbDate(clientWith(format), DateTime.fromJSDate(date)), expected)
+            // A DateTime in any zone is the same instant, written in UTC.
+            for (const zone of ['Asia/Kolkata', 'America/St_Johns', 'Pacific/Chatham']) {
+              const zoned = DateTime.fromJSDate(date).setZone(zone)
+              assert.equal(dbDate(clientWith(format), zoned), expected, `${format} ${zone}`)
+            }
           }
         ),
         { numRuns: 2000 }
@@ -35,6 +40,13 @@ test.group('dbDate', () => {
       dbDate(clientWith("yyyy-MM-dd'T'HH:mm:ss.SSSZZ"), date),
       '2026-11-26T21:05:07.089+00:00'
     )
+    // A DateTime in another zone: the same instant in UTC, milliseconds kept.
+    const kolkata = DateTime.fromJSDate(date).setZone('Asia/Kolkata')
+    assert.equal(
+      dbDate(clientWith("yyyy-MM-dd'T'HH:mm:ss.SSSZZ"), kolkata),
+      '2026-11-26T21:05:07.089+00:00'
+    )
+    assert.equal(dbDate(clientWith('yyyy-MM-dd HH:mm:ss'), kolkata), '2026-11-26 21:05:07')
     // A format no dialect of this list uses goes through Luxon.
     assert.equal(dbDate(clientWith('dd/MM/yyyy'), date), '26/11/2026')
   })
