@@ -46,9 +46,10 @@ const N = Number(process.env.CHAOS_N ?? 60)
 const SEED = Number(process.env.CHAOS_SEED ?? 2026)
 /**
  * Rows a killed host app had claimed in the inbox are taken over when their 60 s lease
- * expires (tests/webhooks/inbox.spec.ts checks the takeover itself). Short runs move those
- * leases to "now" after each kill instead of sleeping a minute; CHAOS_REAL_LEASES=1, and
- * every run of 200 payouts or more, wait for the real expiry.
+ * expires (tests/webhooks/inbox.spec.ts checks the takeover itself), the changes it had not
+ * told when their 30 s notification lease does (tests/worker/notify_once.spec.ts). Short runs
+ * move those leases to "now" after each kill instead of sleeping them out; CHAOS_REAL_LEASES=1,
+ * and every run of 200 payouts or more, wait for the real expiry.
  */
 const REAL_LEASES = process.env.CHAOS_REAL_LEASES ? process.env.CHAOS_REAL_LEASES === '1' : N >= 200
 const CONCURRENCY = 4
@@ -299,6 +300,15 @@ test.group(`Chaos | ${N} payouts, faults, two SIGKILLs, a stall, a rotation (${T
             .from(tables.webhookDeliveries)
             .where('state', 'processing')
             .update({ next_attempt_at: dbDate(client) })
+        )
+        // As if its 30 s notification leases had passed too: the changes it committed but
+        // never told are its successor's to fire (instead of at the final pass, 30 s on).
+        leasesMoved += Number(
+          await client
+            .from(tables.payoutEvents)
+            .whereNull('notified_at')
+            .whereNotNull('notify_until')
+            .update({ notify_until: dbDate(client, new Date(Date.now() - 1000)) })
         )
       }
       const bootStarted = performance.now()

@@ -75,20 +75,20 @@ function allNotified(count: number, timeoutMs: number) {
 }
 
 test.group(`Worker | two live workers announce each change once (${TEST_DB})`, () => {
-  test('slow listeners (120 ms) over a backlog of 200: no eventKey twice', async ({
+  test('slow listeners (60 ms) over a backlog of 200: no eventKey twice', async ({
     assert,
     cleanup,
   }) => {
     const { base, env, payoutIds, events } = await setup(cleanup, 200)
-    // The first takes 150 changes, about 18 s of listeners; the second the 50 left, then sweeps.
-    const options = { ...base, batchSize: 150, listenerDelayMs: 120 }
+    // The first to claim takes 150 changes, about 9 s of listeners: three of its 3 s leases,
+    // renewed meanwhile; the other takes the 50 left, then sweeps every 100 ms while the
+    // first still holds changes it has not told. Both start together: each is alive long
+    // before the other is done, however slowly either boots.
+    const options = { ...base, batchSize: 150, listenerDelayMs: 60, notifyLeaseMs: 3000 }
     spawnChild(cleanup, 'worker_app.ts', options, env)
-    await waitFor('the first worker to start firing', () => events().length > 0, {
-      timeoutMs: 30_000,
-    })
     spawnChild(cleanup, 'worker_app.ts', options, env)
     await allNotified(200, 60_000)
-    // Past the sweeps' 10 s age, so a sweep that would fire again had its chance.
+    // A while longer, so a sweep that would fire a change again had its chance.
     await new Promise((resolve) => setTimeout(resolve, 1500))
     const fired = events()
     assert.deepEqual(repeated(fired), [], 'no eventKey twice')
@@ -101,12 +101,12 @@ test.group(`Worker | two live workers announce each change once (${TEST_DB})`, (
     cleanup,
   }) => {
     const { base, env, payoutIds, events } = await setup(cleanup, 100)
-    // The first worker's first listener hangs 15 s, holding its batch of 100 behind it,
-    // past the sweeps' 10 s and five times its own 3 s lease, which it keeps renewing.
+    // The first worker's first listener hangs 9 s, holding its batch of 100 behind it, three
+    // times its own 3 s lease, which it keeps renewing.
     const first = spawnChild(
       cleanup,
       'worker_app.ts',
-      { ...base, hangFirstListener: true, listenerTimeoutMs: 15_000, notifyLeaseMs: 3000 },
+      { ...base, hangFirstListener: true, listenerTimeoutMs: 9000, notifyLeaseMs: 3000 },
       env
     )
     await waitFor('the first worker to hang', () => events().length > 0, { timeoutMs: 30_000 })
@@ -127,7 +127,9 @@ test.group(`Worker | a killed worker's work is taken over after its lease (${TES
   }) => {
     const { base, env, payoutIds } = await setup(cleanup, 20)
     const eventsOf = () => readLog(base.eventsFile!) as unknown as EventLine[]
-    const options = { ...base, batchSize: 20, rowByRow: true, listenerDelayMs: 120 }
+    // A 3 s lease on the claimed rows (renewed every second while the batch runs).
+    const leased = { ...base, batchSize: 20, processingLeaseMs: 3000 }
+    const options = { ...leased, rowByRow: true, listenerDelayMs: 120 }
     const first = spawnChild(cleanup, 'worker_app.ts', options, env)
     await waitFor('five rows applied', () => eventsOf().length >= 5, { timeoutMs: 30_000 })
     first.process.kill('SIGKILL')
@@ -137,12 +139,20 @@ test.group(`Worker | a killed worker's work is taken over after its lease (${TES
     assert.isAbove(applied, 3, 'rows are marked as they are applied')
     assert.isBelow(applied, 20, 'killed mid-batch')
 
-    // The default lease (webhook.processingLeaseMs, 15 s) from the claim: well under 60 s.
-    spawnChild(cleanup, 'worker_app.ts', { ...base, batchSize: 20 }, env)
+    const second = spawnChild(cleanup, 'worker_app.ts', leased, env)
     await waitFor('every row processed', async () => (await processedCount()) === 20, {
       timeoutMs: 25_000,
     })
-    assert.isBelow(Date.now() - killedAt, 20_000)
+    const doneAt = Date.now()
+    // Within a few seconds of the later of the lease's end and the second worker's start (its
+    // boot takes seconds of its own on a loaded machine): the 15 s default would miss it.
+    await waitFor(
+      'the second worker logged its start',
+      () => /"msg":"payouts worker started"[^\n]*\n/.test(second.stdout()),
+      { timeoutMs: 15_000 }
+    )
+    const startedAt = startTimeOf(second.stdout(), 'payouts worker started')
+    assert.isBelow(doneAt - Math.max(killedAt + 3000, startedAt), 5000)
     const logged = await PayoutEvent.query().whereNotNull('delivery_id')
     assert.equal(logged.length, 20, 'one payout_events row per delivery')
     assert.sameMembers(
