@@ -377,6 +377,14 @@ export const payoutsConfigSchema = z.object({
        * connection dropped, so a connection that stops answering cannot stall the plugin.
        */
       transactionTimeoutMs: duration(z.number().int().positive()).default(30_000),
+      /**
+       * On a SQLite file in WAL mode (docs/production.md), how often a thread of its own copies
+       * the log into the database file (a PASSIVE checkpoint: it waits for no lock, and no
+       * writer waits for it). SQLite's own checkpoint runs inside the commit that takes the
+       * log past 1,000 pages and stops the event loop while it copies and syncs; checkpointed
+       * this often, the log never gets there. 0: SQLite's own checkpoints only.
+       */
+      sqliteCheckpointMs: duration(z.number().int().min(0).max(60_000)).default(50),
     })
     .prefault({}),
   /**

@@ -128,6 +128,7 @@ export class PayoutsService {
   async #use(connection: PayoutsConnection) {
     const parts = await this.#parts?.catch(() => null)
     await parts?.processor.idle()
+    await parts?.release()
     this.#parts = undefined
     this.#connection = connection
   }
@@ -486,6 +487,7 @@ export class PayoutsService {
     if (this.#parts) {
       const parts = await this.#parts.catch(() => null)
       await parts?.processor.idle()
+      await parts?.release()
     }
     await this.#live.close()
   }

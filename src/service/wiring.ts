@@ -66,6 +66,8 @@ export interface ServiceParts {
   receiver: WebhookReceiver
   /** Told of each delivery the route or the stream stored: the notifier. */
   deliveries: DeliveryListener
+  /** Stops what the parts run beside the event loop (the SQLite checkpoints); idempotent. */
+  release: () => Promise<void>
 }
 
 /** Everything `buildParts` wires together. */
@@ -219,6 +221,13 @@ export async function buildParts({
     // connection, and its event loop while a statement runs.
     sliceMs: config.webhook.inlineSliceMs ?? (isSqlite(db.connection(connection)) ? 5 : 0),
   })
+  // SQLite in WAL mode: the log checkpointed from a thread, never inside a commit here.
+  const { checkpointsFor } = await import('../database/sqlite_checkpointer.ts')
+  const release = await checkpointsFor(
+    db.connection(connection),
+    config.ledger.sqliteCheckpointMs,
+    (message) => logger.warn({ err: message }, 'payouts: a SQLite checkpoint failed')
+  )
   const recipients = new RecipientsMirror(client, connection, { account })
   const reconciler = new Reconciler({
     account,
@@ -271,5 +280,6 @@ export async function buildParts({
     deliveries: notifier,
     secrets,
     acceptedSecrets,
+    release,
   }
 }
