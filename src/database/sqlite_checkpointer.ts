@@ -1,5 +1,5 @@
 import { createRequire } from 'node:module'
-import { join, resolve } from 'node:path'
+import { join, resolve as resolvePath } from 'node:path'
 import { Worker } from 'node:worker_threads'
 import debug from '../debug.ts'
 
@@ -161,7 +161,7 @@ function fileOf(client: SqliteClient): string | null {
   const filename = connection?.filename
   if (typeof filename !== 'string' || filename === '' || filename === ':memory:') return null
   if (filename.startsWith('file:')) return null
-  return resolve(filename)
+  return resolvePath(filename)
 }
 
 /**
@@ -202,5 +202,5 @@ export async function checkpointsFor(
 
 /** The checkpointer of a file, while one runs (tests). */
 export function checkpointerOf(filename: string): SqliteCheckpointer | null {
-  return running.get(resolve(filename))?.checkpointer ?? null
+  return running.get(resolvePath(filename))?.checkpointer ?? null
 }
