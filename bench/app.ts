@@ -78,6 +78,12 @@ function connectionFor(db: BenchDb, sqliteFile: string, journal: SqliteJournal) 
               if (process.env.BENCH_SQLITE_CACHE_MB) {
                 conn.pragma(`cache_size = -${Number(process.env.BENCH_SQLITE_CACHE_MB) * 1024}`)
               }
+              // BENCH_SQLITE_AUTOCHECKPOINT: WAL pages before a commit checkpoints (0: never).
+              if (process.env.BENCH_SQLITE_AUTOCHECKPOINT) {
+                conn.pragma(
+                  `wal_autocheckpoint = ${Number(process.env.BENCH_SQLITE_AUTOCHECKPOINT)}`
+                )
+              }
               // BENCH_SQLITE_MMAP_MB: pages read through a memory map rather than copied in.
               if (process.env.BENCH_SQLITE_MMAP_MB) {
                 conn.pragma(`mmap_size = ${Number(process.env.BENCH_SQLITE_MMAP_MB) * 1024 * 1024}`)
@@ -126,7 +132,11 @@ export async function startBenchApp(options: {
           : {}),
       },
       jobs: { enabled: false },
-      ledger: { tablePrefix: prefix },
+      ledger: {
+        tablePrefix: prefix,
+        // BENCH_SQLITE_CHECKPOINT=off: SQLite's own checkpoints only, as before the thread.
+        ...(process.env.BENCH_SQLITE_CHECKPOINT === 'off' ? { sqliteCheckpointMs: 0 } : {}),
+      },
       transmit: { relay: options.relay ?? false },
     },
     setup: ({ app, payouts, router }) => addBenchRoutes(app, payouts, router, inboxTable),

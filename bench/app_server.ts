@@ -1,11 +1,14 @@
 import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks'
 import v8 from 'node:v8'
+import { tracingChannel } from 'node:diagnostics_channel'
+import { CHANNEL_NAMES } from '../src/tracing/channels.ts'
 import { changesChannel, CommitNotices } from '../src/database/change_notices.ts'
 import { PayoutLedger } from '../src/ledger/payout_ledger.ts'
 import { BroadcastRelay } from '../src/service/broadcast_relay.ts'
 import { emptyInbox, startBenchApp, type BenchDb } from './app.ts'
 import { growthCommands, processFor } from './growth_child.ts'
 import { failToParent, serveParent } from './ipc.ts'
+import { serverCpuMs } from './server_cpu.ts'
 
 /**
  * Child process: one bench app (argv: db kind, SQLite file), driven by bench/run.ts over
@@ -32,6 +35,20 @@ async function main() {
       pauses.maxMs = Math.max(pauses.maxMs, entry.duration)
     }
   }).observe({ entryTypes: ['gc'] })
+  // How long each inline batch took (its transaction and its parsing), reset per run.
+  let batchMs: number[] = []
+  const batchStarts = new WeakMap<object, number>()
+  tracingChannel(CHANNEL_NAMES.inboxBatch).subscribe({
+    start: (context: object) => void batchStarts.set(context, performance.now()),
+    asyncEnd: (context: object) => {
+      const started = batchStarts.get(context)
+      if (started !== undefined && batchMs.length < 100_000)
+        batchMs.push(performance.now() - started)
+    },
+    end: () => {},
+    asyncStart: () => {},
+    error: () => {},
+  })
   // Set once the inbox processor may have been started, until the next truncate.
   let mayBeDraining = false
 
@@ -46,12 +63,14 @@ async function main() {
       resetStats: () => {
         loop.reset()
         pauses = { count: 0, totalMs: 0, maxMs: 0 }
+        batchMs = []
         bench.serverTimes.clear()
       },
       stats: (args: { path: string }) => ({
         loopDelayMaxMs: loop.max / 1e6,
         gc: { ...pauses },
         serverSamples: bench.serverTimes.get(args.path) ?? [],
+        batchMs,
       }),
       truncate: async () => {
         await emptyInbox(bench, journal, mayBeDraining)
@@ -91,9 +110,19 @@ async function main() {
         }
         const before = await processed()
         mayBeDraining = true
+        const cpu = process.cpuUsage()
+        const serverBefore = serverCpuMs(db)
         const seconds = await processFor(bench, args.ms)
+        const used = process.cpuUsage(cpu)
+        const serverAfter = serverCpuMs(db)
         const rows = (await processed()) - before
-        return { rows, seconds }
+        return {
+          rows,
+          seconds,
+          appCpuMs: (used.user + used.system) / 1000,
+          serverCpuMs:
+            serverBefore === null || serverAfter === null ? null : serverAfter - serverBefore,
+        }
       },
       memory: () => {
         const gc = (globalThis as { gc?: () => void }).gc

@@ -15,6 +15,8 @@ export interface IngestSettings {
   fixedRate: number
   fixedConnections: number
   fixedS: number
+  /** The start of each fixed-rate run left out of its latencies (see loadRoute's rampMs). */
+  rampMs: number
   drainMs: number
 }
 
@@ -27,6 +29,7 @@ export const INGEST: IngestSettings = {
   fixedRate: 500,
   fixedConnections: 20,
   fixedS: QUICK ? 2 : 4,
+  rampMs: 250,
   drainMs: QUICK ? 1000 : 3000,
 }
 
@@ -38,6 +41,8 @@ export interface ServerSide {
   loopDelayMaxMs: number
   gcCount: number
   gcMaxMs: number
+  /** Inline batches: how many, and their p50 / p99 / max time, ms. */
+  batches?: { count: number; p50: number; p99: number; max: number }
 }
 
 /** A fixed-rate figure: the load generator's view pooled over runs, plus the app's view. */
@@ -47,6 +52,8 @@ interface ChildStats {
   loopDelayMaxMs: number
   gc: { count: number; totalMs: number; maxMs: number }
   serverSamples: number[]
+  /** Each inline batch's time in the app (from its rows claimed to its end), ms. */
+  batchMs?: number[]
 }
 
 interface FixedRun {
@@ -86,7 +93,26 @@ export interface IngestResult {
     fixedPluginProcessing: FixedResult & { backlogAfter: number }
   }
   /** Inbox rows processed per second from a backlog (claim, ledger apply, mark; info). */
-  drain: { rows: number; seconds: number; rowsPerSecond: number }
+  drain: {
+    rows: number
+    seconds: number
+    rowsPerSecond: number
+    /** CPU time per row processed: the app's, and the database server's (null: unknown). */
+    appCpuMsPerRow?: number
+    serverCpuMsPerRow?: number | null
+  }
+}
+
+function batchSummary(ms: number[]) {
+  if (ms.length === 0) return undefined
+  const s = summarize(ms)
+  return { count: ms.length, p50: s.p50, p99: s.p99, max: s.max }
+}
+
+function describeBatches(b: ServerSide['batches']) {
+  return b
+    ? `${b.count}, p50 / p99 / max ${b.p50.toFixed(1)} / ${b.p99.toFixed(1)} / ${b.max.toFixed(1)} ms`
+    : 'none'
 }
 
 function combine(runs: FixedRun[]): FixedResult {
@@ -98,6 +124,7 @@ function combine(runs: FixedRun[]): FixedResult {
       loopDelayMaxMs: Math.max(...runs.map((run) => run.stats.loopDelayMaxMs)),
       gcCount: runs.reduce((n, run) => n + run.stats.gc.count, 0),
       gcMaxMs: Math.max(...runs.map((run) => run.stats.gc.maxMs)),
+      batches: batchSummary(runs.flatMap((run) => run.stats.batchMs ?? [])),
     },
   }
 }
@@ -133,6 +160,7 @@ export async function measureIngest(
       durationS: settings.fixedS,
       connections: settings.fixedConnections,
       overallRate: settings.fixedRate,
+      rampMs: settings.rampMs,
     })
     return { load, stats: await child.call<ChildStats>('stats', { path: ROUTES[route] }) }
   }
@@ -158,10 +186,16 @@ export async function measureIngest(
   await child.call('truncate')
   const pluginRuns = [await fixedRun('plugin')]
   // The backlog that run left (processing was deferred) measures the drain rate.
-  const drain = await child.call<{ rows: number; seconds: number }>(
-    'drainRate',
-    { ms: settings.drainMs },
-    settings.drainMs + 60_000
+  const drain = await child.call<{
+    rows: number
+    seconds: number
+    appCpuMs: number
+    serverCpuMs: number | null
+  }>('drainRate', { ms: settings.drainMs }, settings.drainMs + 60_000)
+  log(
+    `    drain: ${drain.rows} rows in ${drain.seconds.toFixed(2)} s; CPU per row: app ` +
+      `${(drain.appCpuMs / Math.max(1, drain.rows)).toFixed(3)} ms, database server ` +
+      `${drain.serverCpuMs === null ? '-' : (drain.serverCpuMs / Math.max(1, drain.rows)).toFixed(3)} ms`
   )
   const insertRuns: FixedRun[] = []
   for (let i = 0; i < 2; i++) {
@@ -196,7 +230,11 @@ export async function measureIngest(
   log(
     `    inline processing: p99 ${withProcessing.latency.p99.toFixed(1)} ms ` +
       `(in-app p99 ${withProcessing.server.handling.p99.toFixed(1)}, ` +
-      `event-loop delay max ${withProcessing.server.loopDelayMaxMs.toFixed(1)}), ` +
+      `event-loop delay max ${withProcessing.server.loopDelayMaxMs.toFixed(1)}; ` +
+      `batches ${describeBatches(withProcessing.server.batches)}; ` +
+      `gc ${withProcessing.server.gcCount}, max ${withProcessing.server.gcMaxMs.toFixed(1)} ms; ` +
+      `load generator's p99 / max ${withProcessing.generatorLoopDelay.p99.toFixed(1)} / ` +
+      `${withProcessing.generatorLoopDelay.max.toFixed(1)}), ` +
       `backlog ${withProcessing.backlogAfter}`
   )
 
@@ -216,7 +254,10 @@ export async function measureIngest(
     `    one core busy: p99 deferred ${busyCoreResult.fixedPlugin.latency.p99.toFixed(1)} ms, ` +
       `inline ${busyCoreResult.fixedPluginProcessing.latency.p99.toFixed(1)} ms ` +
       `(in-app p99 ${busyCoreResult.fixedPluginProcessing.server.handling.p99.toFixed(1)}, ` +
-      `event-loop delay max ${busyCoreResult.fixedPluginProcessing.server.loopDelayMaxMs.toFixed(1)}), ` +
+      `event-loop delay max ${busyCoreResult.fixedPluginProcessing.server.loopDelayMaxMs.toFixed(1)}; ` +
+      `batches ${describeBatches(busyCoreResult.fixedPluginProcessing.server.batches)}; ` +
+      `load generator's p99 / max ${busyCoreResult.fixedPluginProcessing.generatorLoopDelay.p99.toFixed(1)} / ` +
+      `${busyCoreResult.fixedPluginProcessing.generatorLoopDelay.max.toFixed(1)}), ` +
       `backlog ${busyCoreResult.fixedPluginProcessing.backlogAfter}`
   )
 
@@ -234,7 +275,14 @@ export async function measureIngest(
     fixedInsert,
     fixedPluginProcessing: withProcessing,
     busyCore: busyCoreResult,
-    drain: { ...drain, rowsPerSecond: drain.rows / drain.seconds },
+    drain: {
+      rows: drain.rows,
+      seconds: drain.seconds,
+      rowsPerSecond: drain.rows / drain.seconds,
+      appCpuMsPerRow: drain.appCpuMs / Math.max(1, drain.rows),
+      serverCpuMsPerRow:
+        drain.serverCpuMs === null ? null : drain.serverCpuMs / Math.max(1, drain.rows),
+    },
   }
 }
 

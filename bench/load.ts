@@ -1,3 +1,4 @@
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import autocannon from 'autocannon'
 import { deliveryId, signedHeaders, statusEvent } from './deliveries.ts'
 import { summarize, type Summary } from './stats.ts'
@@ -18,6 +19,11 @@ export interface LoadResult {
   okPerSecond: number
   /** Acknowledgement latency of 2xx answers, ms (our own float samples, not autocannon's 1 ms buckets). */
   latency: Summary
+  /**
+   * The load generator's own event-loop delay over the run, ms: how late it could read an
+   * answer (this process descheduled or busy), which its latencies include.
+   */
+  generatorLoopDelay: { p99: number; max: number }
 }
 
 /** A run with its raw latency samples, to pool several runs; never written to results. */
@@ -40,6 +46,10 @@ export function pool(runs: LoadRun[]): LoadResult {
     timeouts: sum((run) => run.timeouts),
     okPerSecond: ok / durationS,
     latency: summarize(runs.flatMap((run) => run.samples)),
+    generatorLoopDelay: {
+      p99: Math.max(...runs.map((run) => run.generatorLoopDelay.p99)),
+      max: Math.max(...runs.map((run) => run.generatorLoopDelay.max)),
+    },
   }
 }
 
@@ -71,6 +81,8 @@ export async function loadRoute(options: {
   const latencies: number[] = []
   const rampEnd = performance.now() + (options.rampMs ?? 0)
   const statuses = new Map<number, number>()
+  const loop = monitorEventLoopDelay({ resolution: 1 })
+  loop.enable()
   let instance!: autocannon.Instance
   const finished = new Promise<autocannon.Result>((resolve, reject) => {
     instance = autocannon(
@@ -111,7 +123,7 @@ export async function loadRoute(options: {
       latencies.push(responseTime)
     }
   })
-  const result = await finished
+  const result = await finished.finally(() => loop.disable())
   const ok = [...statuses].reduce((n, [code, count]) => (code < 300 ? n + count : n), 0)
   const non2xx = [...statuses].reduce((n, [code, count]) => (code >= 300 ? n + count : n), 0)
   return {
@@ -126,6 +138,7 @@ export async function loadRoute(options: {
     timeouts: result.timeouts,
     okPerSecond: ok / result.duration,
     latency: summarize(latencies),
+    generatorLoopDelay: { p99: loop.percentile(99) / 1e6, max: loop.max / 1e6 },
     samples: latencies,
   }
 }

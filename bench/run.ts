@@ -327,7 +327,7 @@ async function main() {
       'Every delivery has a unique Svc-Delivery-Id and a fresh signature timestamp.',
       'The bare and insert-only routes skip the bodyparser like the plugin route and read the raw body.',
       'The inbox is emptied before each ingest run; inbox processing (InboxProcessor.kick) is deferred during max-throughput and fixed-rate runs unless named "processed in-process".',
-      'Latencies are measured from each request being written to its answer (floats, not autocannon 1 ms buckets); autocannon paces each connection, so a stalled server delays later sends (coordinated omission is not corrected).',
+      `Latencies are measured from each request being written to its answer (floats, not autocannon 1 ms buckets); autocannon paces each connection, so a stalled server delays later sends (coordinated omission is not corrected). Fixed-rate runs leave out the first ${INGEST.rampMs} ms of each run (its connections opening and sending at once, a burst a steady rate does not have), as the growth, otel and worker-mode measures do; the load generator's own event-loop delay is reported beside the inline figures (how late it could read an answer).`,
       'In-app handling = request event -> response finished inside the app process; the rest of a latency is queueing, the kernel and the load generator.',
       'Fan-out: the inbox is processed after each acknowledgement, as in production; deliveries are sequential with a 2 ms pause.',
       'Client: PayoutsClient with its rate limiter off (the emulator has rate limits off too).',

@@ -38,6 +38,7 @@ export const CONFIGS: DbConfig[] = [
   },
   { key: 'sqlite-wal', db: 'sqlite', wal: true, label: 'SQLite, WAL + synchronous=NORMAL' },
   { key: 'pg', db: 'pg', wal: false, label: 'PostgreSQL 127.0.0.1:5432 (pool 2..10)' },
+  { key: 'mysql', db: 'mysql', wal: false, label: 'MySQL/MariaDB 127.0.0.1:3306 (pool 2..10)' },
 ]
 
 /** One row of the results table: a figure, and whether it meets its target. */
