@@ -45,7 +45,7 @@ import { runWorkerMode, WORKER, workerChecks, type WorkerModeResult } from './wo
  * worker_mode.ts); this file runs them, prints the table and writes bench/results.json.
  */
 
-// BENCH_ONLY=ingest,client,memory,relay,otel,worker and BENCH_DBS=sqlite,sqlite-wal,pg run a part.
+// BENCH_ONLY=ingest,client,memory,relay,otel,worker and BENCH_DBS=sqlite,sqlite-wal,pg,mysql run a part.
 const ONLY = new Set(
   (process.env.BENCH_ONLY ?? 'ingest,client,memory,relay,otel,worker').split(',')
 )
