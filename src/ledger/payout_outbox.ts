@@ -44,9 +44,6 @@ export interface NotifiedOutcomes {
   notifyUntil?: DateTime | null
 }
 
-/** How long the hooks of one batch run before the event loop gets a turn (see `notifyBatch`). */
-const TELL_SLICE_MS = 2
-
 /**
  * The payout_events log read as an outbox: an applied change stays un-notified
  * (`notified_at` null) until its hook has run, so a change whose process died between
@@ -106,16 +103,8 @@ export class PayoutOutbox {
     const left = new Set(ids)
     /** Payouts whose changes stop here: a lease taken, or one that could not be checked. */
     const stopped = new Set<string>()
-    let turnStarted = performance.now()
     try {
       for (const { change, result } of outcomes) {
-        // Synchronous hooks (app events, a broadcast) chain in microtasks, which never let
-        // the event loop poll: a batch of 70 changes held it 20 ms, and every acknowledgement
-        // arriving meanwhile waited. The loop gets a turn every `TELL_SLICE_MS` of hooks.
-        if (performance.now() - turnStarted >= TELL_SLICE_MS) {
-          await new Promise<void>((resolve) => setImmediate(resolve))
-          turnStarted = performance.now()
-        }
         if (!change) {
           await this.#announceOwner(result)
           continue
