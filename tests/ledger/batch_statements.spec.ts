@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { test } from '@japa/runner'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
+import type { PayoutChange } from '../../src/ledger/vocabulary.ts'
 import { recordStatements, setupDatabase, TEST_DB } from '../helpers/database.ts'
 
 /** The statements of `sql` that match `pattern`. */
