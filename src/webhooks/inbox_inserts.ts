@@ -159,9 +159,9 @@ export class InboxInserts {
 
   /**
    * One multi-row insert; rows whose delivery id exists already are skipped, not failed. The
-   * rows go in delivery id order, whatever order they arrived in: two instances whose batches
-   * share ids then lock them in one order, and the one that comes second waits for the first
-   * instead of both waiting on each other (a deadlock, one batch rolled back).
+   * rows go in the order they arrived, so they get ids in that order: the inbox is processed
+   * in id order. (Two instances whose batches share ids may then lock them in different
+   * orders; the one the database picks as the deadlock's victim runs again.)
    */
   async #insertBatch(
     client: QueryClientContract,
@@ -174,10 +174,9 @@ export class InboxInserts {
       if (!firstIndex.has(input.deliveryId)) firstIndex.set(input.deliveryId, index)
     })
     const receivedAt = dbDate(client)
-    // Code unit order: the same in every process, whatever the database's collation.
-    const rows = [...firstIndex.keys()]
-      .sort()
-      .map((deliveryId) => this.#row(inputs[firstIndex.get(deliveryId)!], receivedAt))
+    // Arrival order: the inbox is processed in id order, and a payout's deliveries that
+    // arrive together (its step after step) must be applied in the order they came.
+    const rows = [...firstIndex.values()].map((index) => this.#row(inputs[index], receivedAt))
     const stored = batches(this.context, client)
       ? await this.#retryingDeadlocks(client, expired, () => this.#insertReturning(client, rows))
       : await this.#insertIgnoring(client, rows, expired)
