@@ -74,9 +74,12 @@ export interface CheckpointerStats {
 export class SqliteCheckpointer {
   #worker: Worker
   #stopped?: Promise<CheckpointerStats>
+  /** Set once the thread has ended (stopped, or failed: a file it could not open). */
+  #exited = false
 
   private constructor(worker: Worker) {
     this.#worker = worker
+    worker.once('exit', () => (this.#exited = true))
   }
 
   /**
@@ -104,7 +107,11 @@ export class SqliteCheckpointer {
         options.onError?.(message.message ?? '')
       }
     })
-    worker.on('error', (error) => debug('sqlite checkpointer stopped: %s', error.message))
+    // A thread that fails ends: the app keeps SQLite's own checkpoints, which it never lost.
+    worker.on('error', (error) => {
+      debug('sqlite checkpointer stopped: %s', error.message)
+      options.onError?.(error.message)
+    })
     return new SqliteCheckpointer(worker)
   }
 
@@ -120,6 +127,9 @@ export class SqliteCheckpointer {
   }
 
   #ask(type: 'stats' | 'stopped'): Promise<CheckpointerStats> {
+    // A thread that ended answers nothing and emits no second 'exit': waiting would hang
+    // the app's shutdown.
+    if (this.#exited) return Promise.resolve({ runs: 0, pages: 0 })
     return new Promise((resolve) => {
       const onMessage = (message: { type: string; runs: number; pages: number }) => {
         if (message.type !== type) return

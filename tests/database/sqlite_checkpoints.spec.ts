@@ -3,6 +3,7 @@ import { createRequire } from 'node:module'
 import { join } from 'node:path'
 import { test } from '@japa/runner'
 import {
+  SqliteCheckpointer,
   checkpointerOf,
   checkpointsFor,
   runningCheckpointers,
@@ -110,6 +111,25 @@ if (TEST_DB === 'sqlite') {
       await client.table('notes').insert({ text: 'after' })
       await new Promise((resolve) => setTimeout(resolve, 200))
       assert.equal(rowsInMainFile(filename, 'notes'), 200)
+    })
+
+    test('a thread that fails (its file gone) is reported, and stopping it still ends', async ({
+      assert,
+    }) => {
+      const errors: string[] = []
+      const missing = join(SQLITE_FOLDER, `ckpt_missing-${process.pid}.sqlite`)
+      rmSync(missing, { force: true })
+      const checkpointer = SqliteCheckpointer.start(missing, {
+        intervalMs: 20,
+        onError: (message) => errors.push(message),
+      })!
+      await waitUntil('the failure reported', () => errors.length > 0)
+      const stopped = await Promise.race([
+        checkpointer.stop().then(() => 'stopped'),
+        new Promise((resolve) => setTimeout(() => resolve('still waiting after 3 s'), 3000)),
+      ])
+      assert.equal(stopped, 'stopped')
+      assert.deepEqual(await checkpointer.stats(), { runs: 0, pages: 0 })
     })
 
     test('two services on one file share one thread; it stops with the last of them', async ({
