@@ -199,8 +199,8 @@ export class PayoutApplier {
    * A set of observations (sorted by payout id) in a few statements instead of a few per
    * observation: one SELECT locks every known payout (in id order, so two instances never
    * deadlock on them), one INSERT-or-ignore adds the new ones, the reducer runs in memory,
-   * the payouts are saved in one UPDATE (`saveLockedPayouts`; SQLite: one per payout) and
-   * the log gets one multi-row INSERT (MySQL: one per row).
+   * the payouts are saved in one UPDATE per 200 (`saveLockedPayouts`) and the log gets
+   * one multi-row INSERT (MySQL: one per row).
    * Same result, row for row, as applying them one by one.
    */
   async #applySet(
