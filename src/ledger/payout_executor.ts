@@ -57,6 +57,13 @@ export type {
   ExecutedBatch,
 } from './payout_batches.ts'
 
+/**
+ * Errors of a claim that found the intent moved by another caller since it was read (see
+ * `#repeat`), and how many times a repeated key reads its intent before it gives up.
+ */
+const MOVED_MEANWHILE = new WeakSet<Error>()
+const REPEAT_READS = 4
+
 /** What `execute` returns: the typed API result, the local row and the intent. */
 export interface ExecutedPayout {
   result: ExecuteResult
@@ -338,6 +345,25 @@ export class PayoutExecutor {
     intent: ExecutionIntent,
     asked: { bodyHash: string; ownerId: string | null }
   ): Promise<ExecutedPayout> {
+    // A caller that moved the intent between its read and the claim of an attempt (the first
+    // call with the key, finishing) is read again: a settled intent answers what it stored,
+    // one still pending is sent again under its key. Bounded: callers that keep moving it win.
+    for (let reads = 1; ; reads++) {
+      try {
+        return await this.#repeatOnce(intent, asked)
+      } catch (error) {
+        if (!MOVED_MEANWHILE.has(error as Error) || reads >= REPEAT_READS) throw error
+        const fresh = await this.#intents.findByKey(intent.idempotencyKey).catch(() => null)
+        if (!fresh) throw error
+        intent = fresh
+      }
+    }
+  }
+
+  async #repeatOnce(
+    intent: ExecutionIntent,
+    asked: { bodyHash: string; ownerId: string | null }
+  ): Promise<ExecutedPayout> {
     if (intent.bodyHash !== asked.bodyHash || intent.ownerId !== asked.ownerId) {
       throw new E_PAYOUTS_IDEMPOTENCY_KEY_REUSED([intent.idempotencyKey])
     }
@@ -430,11 +456,14 @@ export class PayoutExecutor {
       })
     }
     if (!claimed) {
-      // Another caller holds this attempt: what it sends is under the same key.
-      throw new E_PAYOUTS_EXECUTE_NOT_STORED('its attempt: another caller is sending it', {
+      // Another caller moved the intent since it was read: it settled it, or it holds this
+      // attempt and sends it under the same key.
+      const held = new E_PAYOUTS_EXECUTE_NOT_STORED('its attempt: another caller is sending it', {
         outcomeUnknown: true,
         intentId: intent.id,
       })
+      MOVED_MEANWHILE.add(held)
+      throw held
     }
     let answer: Answer
     try {
