@@ -3,6 +3,7 @@ import { DateTime } from 'luxon'
 import { DEFAULT_ACCOUNT } from '../constants.ts'
 import { dbDate } from '../database/dates.ts'
 import { asStored, hasReturning, isMysql, locksRows } from '../database/dialects.ts'
+import { TURN_MS, turnsFor, type Turns } from '../database/turns.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
 import { confirmDetectedDeposits } from './escrow_detection.ts'
@@ -110,10 +111,14 @@ export class PayoutApplier {
   constructor(
     /** The notification lease this applier takes on the changes it writes (its outbox's). */
     private lease: NotifyLease = { owner: leaseOwner(), ms: DEFAULT_NOTIFY_LEASE_MS },
-    options: { account?: string } = {}
+    options: { account?: string; turnMs?: number } = {}
   ) {
     this.account = options.account ?? DEFAULT_ACCOUNT
+    this.#turnMs = options.turnMs ?? TURN_MS
   }
+
+  /** How long a batch's synchronous work runs before the event loop takes a turn (`Turns`). */
+  #turnMs: number
 
   /**
    * Applies a batch in the caller's transaction. Payouts are locked in id order
@@ -208,23 +213,35 @@ export class PayoutApplier {
     observations: PayoutObservation[],
     lease: TakenLease
   ): Promise<Array<AppliedOutcome<Payout>>> {
-    const rows = await this.#lockPayouts(trx, observations)
+    // The event loop takes turns while this runs (not on SQLite): a batch's synchronous work
+    // held it for 20 ms and more, and an acknowledgement waited that long.
+    const turns = turnsFor(trx, this.#turnMs)
+    const rows = await this.#lockPayouts(trx, observations, turns)
     const rowOf = (observation: PayoutObservation) => {
       const row = rows.get(observation.payoutId)
       if (!row) throw new Error(`payout ${observation.payoutId} could not be stored`)
       return row
     }
     const last = new Map(observations.map((observation, index) => [rowOf(observation), index]))
-    const applied = observations.map((observation, index) => {
+    const applied: Array<{
+      row: Payout
+      snapshot: Payout
+      observation: PayoutObservation
+      advance: Advance
+      observedAt: DateTime
+    }> = []
+    for (const [index, observation] of observations.entries()) {
+      const turn = turns.next()
+      if (turn) await turn
       const row = rowOf(observation)
       const observedAt = observation.observedAt ?? DateTime.now()
       const advance = this.#advance(trx, row, observation, observedAt)
       // Later observations of the same payout move the row on; each outcome keeps the
       // payout as its own observation left it, as one-by-one application would.
       const snapshot = last.get(row) === index ? row : snapshotOf(row)
-      return { row, snapshot, observation, advance, observedAt }
-    })
-    await saveLockedPayouts(trx, new Set(applied.map((a) => a.row)))
+      applied.push({ row, snapshot, observation, advance, observedAt })
+    }
+    await saveLockedPayouts(trx, new Set(applied.map((a) => a.row)), turns)
     const ids = await this.#log(
       trx,
       applied.map((a) =>
@@ -265,7 +282,11 @@ export class PayoutApplier {
    * missing ones are inserted first (UUIDs before read ids, so a read id carried by a new
    * UUID's observation finds that row instead of starting a second one).
    */
-  async #lockPayouts(trx: TransactionClientContract, observations: PayoutObservation[]) {
+  async #lockPayouts(
+    trx: TransactionClientContract,
+    observations: PayoutObservation[],
+    turns: Turns
+  ) {
     const byId = new Map<string, Payout>()
     // The same database row found under two ids (UUID and read id) is one model.
     const models = new Map<number, Payout>()
@@ -279,23 +300,45 @@ export class PayoutApplier {
           if (others.length > 0) where.orWhereIn('read_id', others)
         })
         .orderBy('id', 'asc')
-      const found = await (locksRows(trx) ? query.forUpdate() : query)
+      // Read as plain rows and made models here, taking turns: Lucid makes a whole result's
+      // models at once, 100 payouts' in one stretch.
+      const plain = await (locksRows(trx) ? query.forUpdate() : query).pojo<
+        Record<string, unknown>
+      >()
+      const found: Payout[] = []
+      for (const raw of plain) {
+        const turn = turns.next()
+        if (turn) await turn
+        found.push(Payout.$createFromAdapterResult(raw, undefined, { client: trx })!)
+      }
+      // Each id's first row in id order, as a search of the list would find it: indexed
+      // once, not searched per id (a batch of 100 read each model's columns 10,000 times).
+      const byUuid = new Map<string, Payout>()
+      const byReadId = new Map<string, Payout>()
+      for (const row of found) {
+        if (!byUuid.has(row.payoutUuid)) byUuid.set(row.payoutUuid, row)
+        if (row.readId !== null && !byReadId.has(row.readId)) byReadId.set(row.readId, row)
+      }
       for (const id of ids) {
-        const row = isUuid(id)
-          ? found.find((r) => r.payoutUuid === id)
-          : (found.find((r) => r.readId === id) ?? found.find((r) => r.payoutUuid === id))
+        const row = isUuid(id) ? byUuid.get(id) : (byReadId.get(id) ?? byUuid.get(id))
         if (row) byId.set(id, byId.get(id) ?? rowFor(row))
       }
     }
-    const missing = () =>
-      [...new Set(observations.map((o) => o.payoutId))].filter((id) => !byId.has(id))
+    // Each payout's observations, in their order.
+    const observationsOf = new Map<string, PayoutObservation[]>()
+    for (const observation of observations) {
+      const own = observationsOf.get(observation.payoutId)
+      if (own) own.push(observation)
+      else observationsOf.set(observation.payoutId, [observation])
+    }
+    const missing = () => [...observationsOf.keys()].filter((id) => !byId.has(id))
 
     // A new payout's row carries the first read id any of its observations gives.
     const firstSighting = (id: string) => {
-      const own = observations.filter((o) => o.payoutId === id)
+      const own = observationsOf.get(id)!
       return { ...own[0], readId: own.find((o) => o.readId)?.readId ?? own[0].readId }
     }
-    await resolve([...new Set(observations.map((o) => o.payoutId))])
+    await resolve([...observationsOf.keys()])
     for (const uuids of [true, false]) {
       if (!uuids) {
         // A read id that another observation in the set gives to a row it names: that

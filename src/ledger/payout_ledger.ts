@@ -44,6 +44,11 @@ export interface PayoutLedgerOptions {
   notices?: { committed(): void } | null
   /** Where a failure after COMMIT is logged: nobody is left to throw it to. */
   logger?: Pick<Logger, 'error'>
+  /**
+   * How long a batch's synchronous work (its models made, reduced, compared) runs inside its
+   * transaction before the event loop takes a turn, ms (`TURN_MS`, 3); not on SQLite.
+   */
+  turnMs?: number
 }
 
 /** A batch applied inside a caller's transaction, and when its changes were told. */
@@ -85,7 +90,7 @@ export class PayoutLedger {
     // Its own owner: another ledger of this process fences its changes as another process does.
     const lease = { owner: leaseOwner(), ms: options.notifyLeaseMs ?? DEFAULT_NOTIFY_LEASE_MS }
     const account = { account: options.account ?? DEFAULT_ACCOUNT }
-    this.#applier = new PayoutApplier(lease, account)
+    this.#applier = new PayoutApplier(lease, { ...account, turnMs: options.turnMs })
     this.#outbox = new PayoutOutbox(
       db,
       listener,

@@ -2,6 +2,7 @@ import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
 import { isMysql, isPostgres, isSqlite } from '../database/dialects.ts'
 import Payout from '../models/payout.ts'
+import { Turns } from '../database/turns.ts'
 
 /**
  * Saves payout rows the caller's transaction has locked (`SELECT ... FOR UPDATE`, or held by
@@ -13,30 +14,47 @@ import Payout from '../models/payout.ts'
  */
 export async function saveLockedPayouts(
   trx: TransactionClientContract,
-  rows: Iterable<Payout>
+  rows: Iterable<Payout>,
+  /** Turns of the event loop taken while it compares and prepares the rows (none: `new Turns(0)`). */
+  turns: Turns = new Turns(0)
 ): Promise<void> {
   const all = [...rows]
-  for (const row of all) row.useTransaction(trx)
-  const dirty = all.filter((row) => row.$isDirty)
+  // Each row's changed attributes, read once: Lucid compares every column to compute them.
+  const changed = new Set<string>()
+  const dirty: Payout[] = []
+  for (const row of all) {
+    const turn = turns.next()
+    if (turn) await turn
+    row.useTransaction(trx)
+    const names = Object.keys(row.$dirty)
+    if (names.length === 0) continue
+    dirty.push(row)
+    for (const name of names) changed.add(name)
+  }
   if (dirty.length < 2) {
     for (const row of dirty) await row.save()
     return
   }
   // What Lucid's save does to an `autoUpdate` column of a dirty row before it writes.
-  for (const row of dirty) row.updatedAt = DateTime.local()
+  const now = DateTime.local()
+  for (const row of dirty) row.updatedAt = now
+  changed.add('updatedAt')
   // Every row gets each column any of them changed: a column another row changed keeps
   // this row's own value (it holds the lock, so its value is the stored one).
-  const attributes = [...new Set(dirty.flatMap((row) => Object.keys(row.$dirty)))]
+  const attributes = [...changed]
   const columns = attributes.map((attribute) => Payout.$getColumn(attribute)!)
-  const values = dirty.map((row) => {
+  const values: Array<Record<string, unknown>> = []
+  for (const row of dirty) {
+    const turn = turns.next()
+    if (turn) await turn
     const value: Record<string, unknown> = { id: row.id }
     columns.forEach((column, index) => {
       const attribute = attributes[index]
       const raw = row.$attributes[attribute]
       value[column.columnName] = column.prepare ? column.prepare(raw, attribute, row) : raw
     })
-    return value
-  })
+    values.push(value)
+  }
   const names = columns.map((column) => column.columnName)
   // A row not read whole (a column it never loaded) has no value to keep: row by row.
   if (values.some((value) => names.some((name) => value[name] === undefined))) {
