@@ -106,14 +106,16 @@ export class NotifyLeases {
    * Whether this instance still holds the lease on a change about to fire. A lease known to
    * have two thirds or more left costs no statement: the renewal every third of the lease
    * renews it, with a third still left, before it ends. Otherwise it is renewed by a
-   * conditional UPDATE (those of `waiting` together, the change alone if one of them was
+   * conditional UPDATE (the changes `waitingOnes` lists together, the change alone if one was
    * lost): none matched, another process took it. A database that does not answer (within
    * the renewal's bound) leaves it `unknown`: not fired.
    */
-  async stillHeld(id: number, waiting: number[]): Promise<'held' | 'taken' | 'unknown'> {
+  async stillHeld(id: number, waitingOnes: () => number[]): Promise<'held' | 'taken' | 'unknown'> {
     const known = this.#leased.get(id)
-    if (known && known.diffNow().toMillis() >= (this.lease.ms * 2) / 3) return 'held'
+    if (known && known.toMillis() - Date.now() >= (this.lease.ms * 2) / 3) return 'held'
     try {
+      // Listed only when a renewal is due: once per change, a batch's list was quadratic.
+      const waiting = waitingOnes()
       if (waiting.length > 1 && (await this.#renew(waiting)) === waiting.length) return 'held'
       return (await this.#renew([id])) === 1 ? 'held' : 'taken'
     } catch (error) {

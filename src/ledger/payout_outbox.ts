@@ -110,8 +110,9 @@ export class PayoutOutbox {
           continue
         }
         if (stopped.has(change.payout.payoutUuid)) continue
-        const waiting = [...left].filter((id) => !stopped.has(payoutOf.get(id)!))
-        const lease = await this.#leases.stillHeld(change.eventId, waiting)
+        const lease = await this.#leases.stillHeld(change.eventId, () =>
+          [...left].filter((id) => !stopped.has(payoutOf.get(id)!))
+        )
         if (lease !== 'held') {
           stopped.add(change.payout.payoutUuid)
           // Taken: another process's now. Unknown: let go below with the payout's later ones.
