@@ -125,6 +125,50 @@ export async function setupDatabase(
   return { db, prefix, emitter }
 }
 
+/**
+ * A real database whose answer to one statement can be held back: the statement has run (and,
+ * outside a transaction, committed), but its caller has not heard back, as when its connection
+ * or its process stalls. `holdNext()` holds the answer to the next statement `matches` picks
+ * (knex announces each statement as it sends it; the next answer handed through is that
+ * one's, so nothing else may be in flight meanwhile); `reached` resolves once it ran;
+ * `release()` lets it through (also at cleanup, before the tables go).
+ */
+export async function databaseHoldingAnAnswer(
+  cleanup: (fn: () => Promise<void>) => void,
+  name: string,
+  matches: (query: { sql: string; bindings?: unknown[] }) => boolean
+) {
+  let armed = false
+  let holding = false
+  let ran!: () => void
+  const reached = new Promise<void>((resolve) => (ran = resolve))
+  let release!: () => void
+  const released = new Promise<void>((resolve) => (release = resolve))
+  const database = await setupDatabase(cleanup, name, {
+    connection: {
+      ...connectionConfig(name),
+      // The held answer keeps its connection, as a stalled one does: SQLite's single
+      // connection would leave the others none.
+      ...(TEST_DB === 'sqlite' && { pool: { min: 1, max: 2 } }),
+      // Knex hands every answer through here; a promise is waited for.
+      postProcessResponse: (response: unknown) => {
+        if (!holding) return response
+        holding = false
+        ran()
+        return released.then(() => response)
+      },
+    },
+  })
+  cleanup(async () => release())
+  database.db
+    .connection()
+    .getWriteClient()
+    .on('query', (query: { sql: string; bindings?: unknown[] }) => {
+      if (armed && matches(query)) [armed, holding] = [false, true]
+    })
+  return { ...database, holdNext: () => void (armed = true), reached, release: () => release() }
+}
+
 /** Every SQL statement the connection sends from now on, in order (a live array). */
 export function recordStatements(db: Database, connection?: string): string[] {
   const statements: string[] = []

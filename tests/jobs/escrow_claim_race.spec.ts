@@ -7,58 +7,27 @@ import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import { EscrowDeposit } from '../../src/models/main.ts'
 import { startEmulator, testClient } from '../emulator/helpers.ts'
-import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
+import {
+  connectionConfig,
+  databaseHoldingAnAnswer,
+  setupDatabase,
+  TEST_DB,
+} from '../helpers/database.ts'
 
 /**
  * A real database whose answer to one claim (the fallback's UPDATE of a deposit to
  * `confirm_requested`) can be held back: the UPDATE has run and is committed, but the run
  * that sent it has not heard back, as when its connection or its process stalls.
  */
-async function databaseHoldingAClaim(cleanup: (fn: () => Promise<void>) => void) {
-  let armed = false
-  let holding = false
-  let reached!: () => void
-  const claimRan = new Promise<void>((resolve) => (reached = resolve))
-  let release!: () => void
-  const released = new Promise<void>((resolve) => (release = resolve))
-  const database = await setupDatabase(cleanup, 'escrow_race', {
-    connection: {
-      ...connectionConfig('escrow_race'),
-      // The held answer keeps its connection, as a stalled one does: SQLite's single
-      // connection would leave the later run none.
-      ...(TEST_DB === 'sqlite' && { pool: { min: 1, max: 2 } }),
-      // Knex hands every answer through here; a promise is waited for.
-      postProcessResponse: (response: unknown) => {
-        if (!holding) return response
-        holding = false
-        reached()
-        return released.then(() => response)
-      },
-    },
-  })
-  // Whatever happens, nothing is left waiting on the held answer (before the tables go).
-  cleanup(async () => release())
-  // Knex announces each statement as it sends it: the next claim is the one to hold. Nothing
-  // else is in flight while it runs, so the next answer knex hands through is the claim's.
-  database.db
-    .connection()
-    .getWriteClient()
-    .on('query', (query: { sql: string; bindings?: unknown[] }) => {
-      const claim =
-        query.sql.trim().toLowerCase().startsWith('update') &&
-        query.sql.includes(EscrowDeposit.table) &&
-        (query.bindings ?? []).includes('confirm_requested')
-      if (armed && claim) [armed, holding] = [false, true]
-    })
-  return {
-    ...database,
-    /** Holds the answer to the next claim sent. */
-    holdNextClaim: () => void (armed = true),
-    /** Resolves once the held claim has run in the database. */
-    claimRan,
-    /** Lets the held answer through. */
-    release: () => release(),
-  }
+function databaseHoldingAClaim(cleanup: (fn: () => Promise<void>) => void) {
+  return databaseHoldingAnAnswer(
+    cleanup,
+    'escrow_race',
+    (query) =>
+      query.sql.trim().toLowerCase().startsWith('update') &&
+      query.sql.includes(EscrowDeposit.table) &&
+      (query.bindings ?? []).includes('confirm_requested')
+  )
 }
 
 test.group(`Jobs | escrow fallback, a run given up inside its claim (${TEST_DB})`, () => {
@@ -104,10 +73,10 @@ test.group(`Jobs | escrow fallback, a run given up inside its claim (${TEST_DB})
 
     // The first run claims the deposit, at its time; the answer does not come back. The
     // scheduler gives the run up at its deadline, and the run goes on in the background.
-    database.holdNextClaim()
+    database.holdNext()
     const first = escrow.run()
     await Promise.race([
-      database.claimRan,
+      database.reached,
       first.then(() => {
         throw new Error('the first run ended without claiming the deposit')
       }),

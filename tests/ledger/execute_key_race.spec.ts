@@ -4,50 +4,21 @@ import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import { ExecutionIntent } from '../../src/models/main.ts'
 import { executeBodies, startEmulator, testClient } from '../emulator/helpers.ts'
-import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
-
-/**
- * A real database whose answer to one read of an intent by its key can be held back: the
- * SELECT has run and read the intent as it was, but the caller has not heard back yet.
- */
-async function databaseHoldingAKeyRead(cleanup: (fn: () => Promise<void>) => void) {
-  let armed = false
-  let holding = false
-  let reached!: () => void
-  const readRan = new Promise<void>((resolve) => (reached = resolve))
-  let release!: () => void
-  const released = new Promise<void>((resolve) => (release = resolve))
-  const database = await setupDatabase(cleanup, 'key_race', {
-    connection: {
-      ...connectionConfig('key_race'),
-      // The held answer keeps its connection: the first caller needs another to finish.
-      ...(TEST_DB === 'sqlite' && { pool: { min: 1, max: 2 } }),
-      postProcessResponse: (response: unknown) => {
-        if (!holding) return response
-        holding = false
-        reached()
-        return released.then(() => response)
-      },
-    },
-  })
-  cleanup(async () => release())
-  database.db
-    .connection()
-    .getWriteClient()
-    .on('query', (query: { sql: string }) => {
-      const sql = query.sql.trim().toLowerCase()
-      const read = sql.startsWith('select') && query.sql.includes(ExecutionIntent.table)
-      if (armed && read) [armed, holding] = [false, true]
-    })
-  return { ...database, holdNextKeyRead: () => void (armed = true), readRan, release }
-}
+import { databaseHoldingAnAnswer, TEST_DB } from '../helpers/database.ts'
 
 test.group(`Ledger | one idempotency key, two callers at once (${TEST_DB})`, () => {
   test('a caller that read the intent pending while the first call finished answers its payout, not an error', async ({
     assert,
     cleanup,
   }) => {
-    const database = await databaseHoldingAKeyRead(cleanup)
+    // The answer to one read of the intent by its key can be held back: the SELECT has run
+    // and read the intent as it was, but the caller has not heard back yet.
+    const database = await databaseHoldingAnAnswer(
+      cleanup,
+      'key_race',
+      ({ sql }) =>
+        sql.trim().toLowerCase().startsWith('select') && sql.includes(ExecutionIntent.table)
+    )
     const { db } = database
     const emu = await startEmulator(cleanup, { rateLimits: false })
     const client = testClient(cleanup, emu)
@@ -73,10 +44,10 @@ test.group(`Ledger | one idempotency key, two callers at once (${TEST_DB})`, () 
     const first = executor.execute(fiat, options)
     await atService
     // The second call finds the key taken and reads its intent: pending, at its first attempt.
-    database.holdNextKeyRead()
+    database.holdNext()
     const second = executor.execute(fiat, options)
     await Promise.race([
-      database.readRan,
+      database.reached,
       second.then(() => {
         throw new Error('the second call ended without reading the intent')
       }),
