@@ -76,10 +76,17 @@ async function fullScans(db: Database, statement: Statement, large: string[]): P
     `EXPLAIN QUERY PLAN ${sql}`,
     statement.bindings as any[]
   )
+  // A search by the account alone reads the account's every row: one account holds them all.
+  const byAccountAlone = (table: string) =>
+    new RegExp(`^SEARCH ${table}( AS \\w+)? USING (COVERING )?INDEX \\S+ \\(account=\\?\\)$`)
   return rows
     .map((row) => row.detail)
     .filter((detail) =>
-      large.some((table) => new RegExp(`^SCAN ${table}( AS \\w+)?$`).test(detail.trim()))
+      large.some(
+        (table) =>
+          new RegExp(`^SCAN ${table}( AS \\w+)?$`).test(detail.trim()) ||
+          byAccountAlone(table).test(detail.trim())
+      )
     )
 }
 
@@ -286,5 +293,73 @@ test.group(`Ledger | query plans on a large ledger (${TEST_DB})`, (group) => {
       }
     }
     assert.deepEqual(found, [], `full scans of large tables:\n${found.join('\n')}`)
+  })
+})
+
+test.group(`Ledger | the inbox claims on a SQLite file without statistics (${TEST_DB})`, () => {
+  test('the drain and the leased claim search the backlog, not the account’s every row', async ({
+    assert,
+    cleanup,
+  }) => {
+    if (TEST_DB !== 'sqlite') {
+      // The servers keep statistics of their own; the suite above plans them analyzed.
+      assert.equal(TEST_DB === 'pg' || TEST_DB === 'mysql', true)
+      return
+    }
+    const { db, prefix } = await setupDatabase(cleanup, 'claim_plans')
+    const t = tableNames(prefix)
+    const client = db.connection()
+    const at = dbDate(client, new Date())
+    // What an inbox keeps: processed rows by the thousand (never ANALYZEd: an app does not),
+    // and a small backlog.
+    for (let start = 0; start < 5_000; start += 500) {
+      await client.table(t.webhookDeliveries).multiInsert(
+        Array.from({ length: 500 }, (_, index) => ({
+          account: 'main',
+          delivery_id: `done-${start + index}`,
+          event_type: 'payout.status.updated',
+          raw_body: 'e30=',
+          source: 'webhook',
+          state: 'processed',
+          attempts: 1,
+          received_at: at,
+          processed_at: at,
+        }))
+      )
+    }
+    const inbox = new InboxStore(db, t.webhookDeliveries)
+    for (let index = 0; index < 3; index++) {
+      await inbox.insert({
+        deliveryId: `due-${index}`,
+        eventType: 'payout.status.updated',
+        rawBody: Buffer.from('{}'),
+        signatureHeader: null,
+        source: 'webhook',
+      })
+    }
+    const statements = [
+      ...(await capture(db, () =>
+        inbox.processDueInTransaction(new Date(), 50, async (_trx, rows) =>
+          rows.map(() => ({ state: 'processed' as const, note: null }))
+        )
+      )),
+      ...(await capture(db, async () => {
+        await client.from(t.webhookDeliveries).where('delivery_id', 'like', 'due-%').update({
+          state: 'pending',
+        })
+        return inbox.claimDue(new Date(), 50, 60_000)
+      })),
+    ].filter((statement) => statement.sql.includes(t.webhookDeliveries))
+    const reads = statements.filter(
+      (statement) => !/^update .* where .delivery_id. like/i.test(statement.sql)
+    )
+    assert.isAbove(reads.length, 2)
+    const found: string[] = []
+    for (const statement of reads) {
+      for (const line of await fullScans(db, statement, [t.webhookDeliveries])) {
+        found.push(`${line}\n    in: ${statement.sql}`)
+      }
+    }
+    assert.deepEqual(found, [], `claims that read the whole inbox:\n${found.join('\n')}`)
   })
 })
