@@ -45,6 +45,25 @@ export function sqliteHandoverMs(heldMs: number): number {
   return Math.min(100, Math.max(5, Math.ceil(heldMs)) + 2) + 2
 }
 
+/**
+ * The query narrowed to one account's rows, without offering the account's index as the way
+ * in on SQLite. SQLite keeps no statistics unless the app runs ANALYZE, and without them it
+ * takes an equality on the first column of a unique index (`(account, delivery_id)`) for
+ * narrow, and walks every row of the account (all of them, with one account) where another
+ * index reads a few: the unary `+` takes the term out of its index choice. Elsewhere a plain
+ * `where`: the servers keep statistics.
+ */
+export function whereAccountNotLeading<Query>(
+  client: QueryClientContract,
+  query: Query,
+  account: string
+): Query {
+  const q = query as any
+  return isSqlite(client)
+    ? q.whereRaw('+?? = ?', ['account', account])
+    : q.where('account', account)
+}
+
 /** Whether `SELECT ... FOR UPDATE` means something here (SQLite has one writer instead). */
 export function locksRows(client: QueryClientContract): boolean {
   return !isSqlite(client)

@@ -1,6 +1,7 @@
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
 import { DEFAULT_ACCOUNT } from '../constants.ts'
 import { fromDbDate } from '../database/dates.ts'
+import { whereAccountNotLeading } from '../database/dialects.ts'
 
 /** The states of a stored delivery not processed yet (due, being processed, or failed once). */
 export const UNPROCESSED_STATES = ['pending', 'processing', 'failed']
@@ -25,8 +26,9 @@ export async function readInboxBacklog(
   options: { account?: string } = {}
 ): Promise<InboxBacklog> {
   const account = options.account ?? DEFAULT_ACCOUNT
+  // Along the `(state, ...)` index, also on a SQLite file without statistics.
   const unprocessed = () =>
-    client.from(table).where('account', account).whereIn('state', UNPROCESSED_STATES)
+    whereAccountNotLeading(client, client.from(table), account).whereIn('state', UNPROCESSED_STATES)
   const oldestRow = await bounded(unprocessed().min('received_at as at')).first()
   const countRow = await bounded(unprocessed().count('* as total')).first()
   const oldest = fromDbDate(client, oldestRow?.at)?.toJSDate() ?? null

@@ -17,6 +17,7 @@ import { Reconciler } from '../../src/jobs/reconciler.ts'
 import { BroadcastRelay } from '../../src/service/broadcast_relay.ts'
 import { readHealth } from '../../src/health/report.ts'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
+import { readInboxBacklog } from '../../src/webhooks/inbox_backlog.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { analyzeLedger, seedLedger, seededPayoutUuid } from '../helpers/ledger_seed.ts'
@@ -296,8 +297,8 @@ test.group(`Ledger | query plans on a large ledger (${TEST_DB})`, (group) => {
   })
 })
 
-test.group(`Ledger | the inbox claims on a SQLite file without statistics (${TEST_DB})`, () => {
-  test('the drain and the leased claim search the backlog, not the account’s every row', async ({
+test.group(`Ledger | the inbox on a SQLite file without statistics (${TEST_DB})`, () => {
+  test('the drain, the leased claim and the backlog gauges search the backlog, not the account’s every row', async ({
     assert,
     cleanup,
   }) => {
@@ -349,6 +350,9 @@ test.group(`Ledger | the inbox claims on a SQLite file without statistics (${TES
         })
         return inbox.claimDue(new Date(), 50, 60_000)
       })),
+      ...(await capture(db, () =>
+        readInboxBacklog(client, t.webhookDeliveries, Date.now(), (query) => query)
+      )),
     ].filter((statement) => statement.sql.includes(t.webhookDeliveries))
     const reads = statements.filter(
       (statement) => !/^update .* where .delivery_id. like/i.test(statement.sql)
