@@ -64,6 +64,23 @@ export function whereAccountNotLeading<Query>(
     : q.where('account', account)
 }
 
+/**
+ * MySQL: whether one multi-row INSERT numbers its rows consecutively, in VALUES order, from
+ * the LAST_INSERT_ID() it answers. InnoDB promises it for an INSERT whose row count is known
+ * ("simple inserts") when `innodb_autoinc_lock_mode` is 0 or 1 (MariaDB's default is 1), and
+ * only with `auto_increment_increment` = 1 (a multi-primary cluster sets another step).
+ * Read on the caller's connection (the step can be a session's), one statement; otherwise
+ * (mode 2, MySQL 8's default) the rows are inserted one by one.
+ */
+export async function numbersConsecutively(client: QueryClientContract): Promise<boolean> {
+  if (!isMysql(client)) return false
+  const [rows] = await client.rawQuery(
+    'select @@innodb_autoinc_lock_mode as mode, @@auto_increment_increment as step'
+  )
+  const settings = (rows as Array<{ mode: unknown; step: unknown }>)[0]
+  return Number(settings?.mode ?? Number.NaN) <= 1 && Number(settings?.step) === 1
+}
+
 /** Whether `SELECT ... FOR UPDATE` means something here (SQLite has one writer instead). */
 export function locksRows(client: QueryClientContract): boolean {
   return !isSqlite(client)

@@ -2,7 +2,13 @@ import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
 import { DEFAULT_ACCOUNT } from '../constants.ts'
 import { dbDate } from '../database/dates.ts'
-import { asStored, hasReturning, isMysql, locksRows } from '../database/dialects.ts'
+import {
+  asStored,
+  hasReturning,
+  isMysql,
+  locksRows,
+  numbersConsecutively,
+} from '../database/dialects.ts'
 import { TURN_MS, turnsFor, type Turns } from '../database/turns.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
@@ -205,7 +211,7 @@ export class PayoutApplier {
    * observation: one SELECT locks every known payout (in id order, so two instances never
    * deadlock on them), one INSERT-or-ignore adds the new ones, the reducer runs in memory,
    * the payouts are saved in one UPDATE per 200 (`saveLockedPayouts`) and the log gets
-   * one multi-row INSERT (MySQL: one per row).
+   * one multi-row INSERT (MySQL: see `#log`).
    * Same result, row for row, as applying them one by one.
    */
   async #applySet(
@@ -259,11 +265,17 @@ export class PayoutApplier {
 
   /**
    * Appends the log rows and answers their ids, in the order given: one multi-row INSERT
-   * ... RETURNING, or on MySQL, which has no RETURNING, one INSERT per row (a multi-row
-   * INSERT there tells only its first id, and consecutive ids are not promised).
+   * ... RETURNING. MySQL has no RETURNING, and a multi-row INSERT there tells only its first
+   * id: one such INSERT where InnoDB numbers its rows consecutively (`numbersConsecutively`),
+   * else one INSERT per row.
    */
   async #log(trx: TransactionClientContract, rows: Array<Record<string, unknown>>) {
     const table = () => trx.knexQuery().table(PayoutEvent.table)
+    if (!hasReturning(trx) && rows.length > 1 && (await numbersConsecutively(trx))) {
+      // One multi-row INSERT: its ids are consecutive, the first one is LAST_INSERT_ID().
+      const [first] = (await table().insert(rows)) as unknown as number[]
+      return rows.map((_, index) => Number(first) + index)
+    }
     if (!hasReturning(trx)) {
       const ids: number[] = []
       for (const row of rows) {
