@@ -9,23 +9,31 @@ import { connectionConfig, recordStatements, setupDatabase, TEST_DB } from '../h
 /** The statements of `sql` that match `pattern`. */
 const matching = (sql: string[], pattern: RegExp) => sql.filter((s) => pattern.test(s))
 
+/**
+ * Applies `count` new payouts in one batch, each told to a synchronous listener (as a
+ * broadcast or an app event is); the changes told and the statements sent meanwhile.
+ */
+async function applyNewPayouts(db: Database, count: number) {
+  const told: PayoutChange[] = []
+  const ledger = new PayoutLedger(db, { onChange: (change) => void told.push(change) })
+  const observations = Array.from({ length: count }, () => ({
+    payoutId: randomUUID(),
+    status: 'processing' as const,
+    step: 'collected' as const,
+    source: 'webhook' as const,
+  }))
+  const sql = recordStatements(db)
+  await ledger.applyBatch(observations)
+  return { told, sql }
+}
+
 test.group(`Ledger | statements of one applied batch (${TEST_DB})`, () => {
   test('50 new payouts: one UPDATE saves them, one UPDATE marks their changes told', async ({
     assert,
     cleanup,
   }) => {
     const { db } = await setupDatabase(cleanup, 'batch_statements')
-    const told: PayoutChange[] = []
-    // A synchronous listener, as a broadcast or an app event is.
-    const ledger = new PayoutLedger(db, { onChange: (change) => void told.push(change) })
-    const observations = Array.from({ length: 50 }, () => ({
-      payoutId: randomUUID(),
-      status: 'processing' as const,
-      step: 'collected' as const,
-      source: 'webhook' as const,
-    }))
-    const sql = recordStatements(db)
-    await ledger.applyBatch(observations)
+    const { told, sql } = await applyNewPayouts(db, 50)
     assert.lengthOf(told, 50)
     assert.lengthOf(matching(sql, /^update \S+payouts\b/i), 1, 'payouts saved together')
     assert.lengthOf(matching(sql, /^update \S+payout_events\b.*notified_at/i), 1, 'marks together')
@@ -35,16 +43,7 @@ test.group(`Ledger | statements of one applied batch (${TEST_DB})`, () => {
 test.group(`Ledger | the log of one applied batch (${TEST_DB})`, () => {
   /** Applies 30 new payouts; each change's eventId checked against the row stored under it. */
   async function logged(db: Database) {
-    const told: PayoutChange[] = []
-    const ledger = new PayoutLedger(db, { onChange: (change) => void told.push(change) })
-    const observations = Array.from({ length: 30 }, () => ({
-      payoutId: randomUUID(),
-      status: 'processing' as const,
-      step: 'collected' as const,
-      source: 'webhook' as const,
-    }))
-    const sql = recordStatements(db)
-    await ledger.applyBatch(observations)
+    const { told, sql } = await applyNewPayouts(db, 30)
     const rows: Array<{ id: number; payout_uuid: string }> = await db
       .from(PayoutEvent.table)
       .select('id', 'payout_uuid')
