@@ -280,8 +280,8 @@ export class InboxProcessor {
    * of its own whatever its rows (its claim, its commit), and on SQLite one row alone takes
    * about the 5 ms, so sized to the budget alone slices of one row drained 170 rows/s while
    * 500 arrived. The next slice takes at least a quarter more rows than arrived meanwhile,
-   * so the backlog shrinks; with no arrival it may take what fits in four times the budget
-   * (a backlog with nobody waiting on an answer).
+   * so the backlog shrinks; with no arrival it takes what fits in four times the budget,
+   * and never fewer rows than this one (a backlog with nobody waiting on an answer).
    */
   #paceSlices(rows: number, ms: number, budgetMs: number, arrived: number | null = null) {
     const { batchSize } = this.#options
@@ -291,7 +291,7 @@ export class InboxProcessor {
     if (arrived !== null) {
       next =
         arrived === 0
-          ? Math.min(Math.floor(pace * budgetMs * 4), rows * 2)
+          ? Math.max(rows, Math.min(Math.floor(pace * budgetMs * 4), rows * 2))
           : Math.max(next, Math.ceil(arrived * 1.25))
     }
     this.#sliceRows = Math.max(1, Math.min(next, batchSize))

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import { numbersConsecutively } from '../../src/database/dialects.ts'
 import { connect, type Socket } from 'node:net'
 import { test } from '@japa/runner'
 import { request } from 'undici'
@@ -129,7 +130,8 @@ test.group(`Webhooks | signed route (${TEST_DB})`, () => {
     )
     assert.lengthOf(
       statements.filter((sql) => /insert into \S*payout_events/i.test(sql)),
-      TEST_DB === 'mysql' ? 5 : 3
+      // MySQL numbers a multi-row INSERT where InnoDB promises consecutive ids.
+      TEST_DB === 'mysql' && !(await numbersConsecutively(db.connection())) ? 5 : 3
     )
     const payouts = await Payout.query().whereIn(
       'payout_uuid',
