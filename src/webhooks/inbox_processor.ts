@@ -252,9 +252,9 @@ export class InboxProcessor {
       const rows = await this.#batch(size)
       if (rows === 0) return handled
       handled += rows
-      // The acknowledgements begun since the last slice was sized: while this one waited and ran.
       // A slice that took fewer rows than it asked for left none due: the backlog is gone.
       const behind = options.sliced && rows >= size
+      // The acknowledgements begun since the last slice was sized: while this one waited and ran.
       const arrived = this.#arrived
       this.#arrived = 0
       if (budgetMs > 0) this.#paceSlices(rows, this.#heldMs, budgetMs, behind ? arrived : null)
