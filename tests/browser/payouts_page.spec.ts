@@ -332,14 +332,32 @@ test.group('Browser | demo page', (group) => {
       `[data-payout-id="${failing.id}"] [data-testid=failure]`,
       `[data-payout-id="${fiat.id}"] [data-testid=trace]`,
     ]
-    for (const selector of keyElements) {
-      const element = phone.locator(selector).first()
-      assert.isTrue(await element.isVisible(), `${selector} is visible`)
-      const box = (await element.boundingBox())!
-      assert.isAtLeast(box.x, 0, `${selector} starts on screen`)
-      assert.isAtMost(box.x + box.width, 390, `${selector} ends on screen`)
-      const clipped = await element.evaluate((node) => node.scrollWidth > node.clientWidth + 1)
-      assert.isFalse(clipped, `${selector} shows all of its content`)
+    // Measured in one turn of the page: a change told by Transmit re-renders the list, and the
+    // trace is replaced when its spans arrive, so an element found in one call may be gone by
+    // the next.
+    const measured = await phone.evaluate((selectors) => {
+      const document = (globalThis as any).document
+      return selectors.map((selector: string) => {
+        const node = document.querySelector(selector)
+        if (!node) return { selector, found: false }
+        const rect = node.getBoundingClientRect()
+        return {
+          selector,
+          found: true,
+          visible: rect.width > 0 && rect.height > 0 && node.checkVisibility(),
+          left: rect.left + (globalThis as any).scrollX,
+          right: rect.right + (globalThis as any).scrollX,
+          clipped: node.scrollWidth > node.clientWidth + 1,
+        }
+      })
+    }, keyElements)
+    for (const element of measured) {
+      const { selector } = element
+      assert.isTrue(element.found, `${selector} is on the page`)
+      assert.isTrue(element.visible, `${selector} is visible`)
+      assert.isAtLeast(element.left!, 0, `${selector} starts on screen`)
+      assert.isAtMost(element.right!, 390, `${selector} ends on screen`)
+      assert.isFalse(element.clipped, `${selector} shows all of its content`)
     }
     await phone.screenshot({ path: PHONE_SCREENSHOT.pathname, fullPage: true })
     await phone.close()
