@@ -1,4 +1,5 @@
 import { dbDate } from '../database/dates.ts'
+import { whereAccountNotLeading } from '../database/dialects.ts'
 import { own, type InboxContext } from './inbox_context.ts'
 
 /** Which rows `payouts:replay` puts back in the queue. */
@@ -13,7 +14,14 @@ export interface RequeueFilter {
 /** `InboxStore.requeue`: the account's matching rows made pending again; answers their ids. */
 export async function requeue(context: InboxContext, filter: RequeueFilter): Promise<number[]> {
   const client = context.client()
-  const query = own(context, client.from(context.table)).select('id', 'state')
+  // By delivery id through the (account, delivery_id) index; otherwise the account's filter
+  // is kept out of SQLite's plan (see `whereAccountNotLeading`), so a time range or a state
+  // reads its own index, not the account's every row.
+  const query = (
+    filter.ids?.length
+      ? own(context, client.from(context.table))
+      : whereAccountNotLeading(client, client.from(context.table), context.account)
+  ).select('id', 'state')
   if (filter.ids?.length) query.whereIn('delivery_id', filter.ids)
   if (filter.state) query.where('state', filter.state)
   if (filter.since) query.where('received_at', '>=', dbDate(client, filter.since))
@@ -23,7 +31,7 @@ export async function requeue(context: InboxContext, filter: RequeueFilter): Pro
     .filter((row) => row.state !== 'processing' && (row.state !== 'processed' || filter.force))
     .map((row) => Number(row.id))
   if (ids.length > 0) {
-    await own(context, client.from(context.table))
+    await whereAccountNotLeading(client, client.from(context.table), context.account)
       .whereIn('id', ids)
       .update({ state: 'pending', attempts: 0, next_attempt_at: null })
   }
@@ -33,7 +41,12 @@ export async function requeue(context: InboxContext, filter: RequeueFilter): Pro
 /** `InboxStore.statesOf`: the states of the given rows. */
 export async function statesOf(context: InboxContext, ids: number[]): Promise<string[]> {
   if (ids.length === 0) return []
-  const rows: Array<{ state: string }> = await own(context, context.client().from(context.table))
+  const client = context.client()
+  const rows: Array<{ state: string }> = await whereAccountNotLeading(
+    client,
+    client.from(context.table),
+    context.account
+  )
     .select('state')
     .whereIn('id', ids)
   return rows.map((row) => row.state)
