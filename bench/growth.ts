@@ -813,7 +813,7 @@ async function writeResults(checks: Check[], stores: Record<string, StoreResult>
         `SQLite WAL: PRAGMA mmap_size = ${SQLITE_MMAP_MB} MB on each connection (docs/production.md, a large ledger on SQLite): without it a read of a payout not read since the seed took 0.178 ms at 1,000,000 payouts against 0.085 empty (run of 2026-11-24 03:58 UTC), its pages in the OS page cache but not in SQLite's own 16 MB.`,
         'Per payout: 7 payout_events rows, 10 processed inbox rows (600-byte bodies), an escrow deposit for one in three; one in 50 payouts in flight (observed within the last minute), one in 5,000 stuck.',
         `Each acknowledgement measure: runs of ${GROWTH.fixedS} s posting unique signed deliveries of new payouts at ${GROWTH.rate}/s over ${GROWTH.connections} connections, the first ${GROWTH.rampMs} ms of each run (the connections opening at once) left out of its latencies; the figure is the median of the runs' p99s. At the size judged (the largest), ${GROWTH.ackRuns} runs alternate (ABBA order) with as many on an app with an empty ledger of the same store, whose figure is the line's base; the other sizes run ${GROWTH.infoRuns}, reported without a verdict. The deferred runs leave the backlog the drain then processes.`,
-        'Reconciliation: every in-flight payout observed just before the pass (steady state), so a pass is its query; it reads the service for none.',
+        'Reconciliation: every in-flight payout observed just before the pass, and the routing detail of every payout that ended within the window already read (steady state), so a pass is its queries; it reads the service for none.',
       ],
       results: { ...others, ...measured },
       history: [

@@ -2,6 +2,8 @@ import type { Database } from '@adonisjs/lucid/database'
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
 import { tableNames } from '../src/database/schema.ts'
 import Payout from '../src/models/payout.ts'
+import { dbDate } from '../src/database/dates.ts'
+import { TERMINAL_STATUSES } from '../src/schemas/common.ts'
 import { insertInbox, seedBody, seedLedger } from '../tests/helpers/ledger_seed.ts'
 import type { BenchApp, BenchDb } from './app.ts'
 import { median } from './stats.ts'
@@ -161,7 +163,16 @@ export function growthCommands(bench: BenchApp, lucid: Database, db: BenchDb) {
         .from(t.payouts)
         .whereIn('status', ['pending', 'processing'])
         .update({ last_observed_at: sql.knexRawQuery('CURRENT_TIMESTAMP') })
-      // That bulk update (every in-flight payout at once, unlike the trickle of observations
+      // A running app's reconciler has read, once, the routing detail of each payout that
+      // ended within its window (GET /payouts/{id}; this bench's service address answers
+      // nothing, so each such read would be a refused call and its retries): read already.
+      await sql
+        .from(t.payouts)
+        .whereIn('status', [...TERMINAL_STATUSES])
+        .where('last_observed_at', '>=', dbDate(sql, new Date(Date.now() - 25 * 3600_000)))
+        .whereNull('provider_metadata_at')
+        .update({ provider_metadata_at: dbDate(sql, new Date()) })
+      // Those bulk updates (every in-flight payout at once, unlike the trickle of observations
       // of a running app) left their old index entries for InnoDB's purge: let it run.
       if (db === 'mysql') await settleInnodb(sql)
       let checked = 0
