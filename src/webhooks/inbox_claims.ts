@@ -238,11 +238,15 @@ async function claimReturning(
   limit: number
 ) {
   if (isSqlite(trx)) {
-    // One writer: nothing changes between the read and the UPDATE, which finds each row by
-    // its id (an id list; a subquery made SQLite walk the account's rows again).
+    // One writer (the transaction took the file's write lock first): nothing changes between
+    // the read and the UPDATE, which finds each row by its id, and only by it. With the due
+    // condition again beside the ids, SQLite without statistics read the due rows through
+    // their indexes (an OR of two), the whole backlog for each batch; a subquery for the ids
+    // made it walk the account's rows.
     const ids = await sqliteDueIds(context, trx, now, limit)
     if (ids.length === 0) return []
-    return (await due(knexRowsOf(context, trx).whereIn('id', ids), trx, now)
+    return (await knexRowsOf(context, trx)
+      .whereIn('id', ids)
       .update(claimedColumns(trx, now))
       .returning(CLAIMED_COLUMNS)) as any[]
   }

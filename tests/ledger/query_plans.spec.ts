@@ -340,12 +340,13 @@ test.group(`Ledger | the inbox on a SQLite file without statistics (${TEST_DB})`
         source: 'webhook',
       })
     }
+    const drained = await capture(db, () =>
+      inbox.processDueInTransaction(new Date(), 50, async (_trx, rows) =>
+        rows.map(() => ({ state: 'processed' as const, note: null }))
+      )
+    )
     const statements = [
-      ...(await capture(db, () =>
-        inbox.processDueInTransaction(new Date(), 50, async (_trx, rows) =>
-          rows.map(() => ({ state: 'processed' as const, note: null }))
-        )
-      )),
+      ...drained,
       ...(await capture(db, async () => {
         await client.from(t.webhookDeliveries).where('delivery_id', 'like', 'due-%').update({
           state: 'pending',
@@ -385,5 +386,22 @@ test.group(`Ledger | the inbox on a SQLite file without statistics (${TEST_DB})`
       }
     }
     assert.deepEqual(found, [], `claims that read the whole inbox:\n${found.join('\n')}`)
+
+    // The drain's claim finds its rows by their ids alone, not through the due rows' indexes
+    // (an OR of two that reads the whole backlog for each batch).
+    const claim = drained.find((statement) => /^update .* returning /i.test(statement.sql))!
+    const plan: Array<{ detail: string }> = await client.rawQuery(
+      `EXPLAIN QUERY PLAN ${claim.sql}`,
+      claim.bindings as any[]
+    )
+    const details = plan.map((row) => row.detail)
+    assert.isTrue(
+      details.some((detail) => /USING INTEGER PRIMARY KEY \(rowid=\?\)/.test(detail)),
+      `the claim by its ids: ${details.join(' / ')}`
+    )
+    assert.isFalse(
+      details.some((detail) => /MULTI-INDEX OR|USING INDEX/.test(detail)),
+      `the claim reads no index but the ids': ${details.join(' / ')}`
+    )
   })
 })
