@@ -335,6 +335,23 @@ test.group(`Ledger | the inbox on a SQLite file without statistics (${TEST_DB})`
       )
     }
     const inbox = new InboxStore(db, t.webhookDeliveries)
+    /** The health report of `account` on this ledger (the service's reachability not read). */
+    const healthOf = (account: string) =>
+      readHealth({
+        config: {
+          ...validateConfig({
+            apiKey: TEST_API_KEY,
+            baseUrl: 'http://127.0.0.1:9',
+            ledger: { tablePrefix: prefix },
+          }),
+          account,
+        },
+        environment: 'sandbox',
+        db,
+        reachability: {
+          read: async () => ({ status: 'ok', value: null, message: 'not measured here' }),
+        } as unknown as Reachability,
+      })
     // A backlog of a slice's size: claimed by a list of 30 ids, which SQLite without statistics
     // read along the account's index (a list of 3 it still read id by id).
     for (let index = 0; index < 30; index++) {
@@ -367,20 +384,7 @@ test.group(`Ledger | the inbox on a SQLite file without statistics (${TEST_DB})`
       ...(await capture(db, () =>
         inbox.requeue({ since: new Date(Date.now() - 60_000), until: new Date(Date.now() + 1000) })
       )),
-      ...(await capture(db, () =>
-        readHealth({
-          config: validateConfig({
-            apiKey: TEST_API_KEY,
-            baseUrl: 'http://127.0.0.1:9',
-            ledger: { tablePrefix: prefix },
-          }),
-          environment: 'sandbox',
-          db,
-          reachability: {
-            read: async () => ({ status: 'ok', value: null, message: 'not measured here' }),
-          } as unknown as Reachability,
-        })
-      )),
+      ...(await capture(db, () => healthOf('main'))),
     ].filter((statement) => statement.sql.includes(t.webhookDeliveries))
     const reads = statements.filter(
       (statement) => !/^update .* where .delivery_id. like/i.test(statement.sql)
@@ -396,23 +400,7 @@ test.group(`Ledger | the inbox on a SQLite file without statistics (${TEST_DB})`
 
     // Another account, with no delivery: its newest delivery is not looked for along the
     // received_at index, which it would walk backwards through every row of `main`.
-    const otherAccount = await capture(db, () =>
-      readHealth({
-        config: {
-          ...validateConfig({
-            apiKey: TEST_API_KEY,
-            baseUrl: 'http://127.0.0.1:9',
-            ledger: { tablePrefix: prefix },
-          }),
-          account: 'eu',
-        },
-        environment: 'sandbox',
-        db,
-        reachability: {
-          read: async () => ({ status: 'ok', value: null, message: 'not measured here' }),
-        } as unknown as Reachability,
-      })
-    )
+    const otherAccount = await capture(db, () => healthOf('eu'))
     const walks: string[] = []
     for (const statement of otherAccount.filter((s) => s.sql.includes(t.webhookDeliveries))) {
       const plan: Array<{ detail: string }> = await client.rawQuery(
