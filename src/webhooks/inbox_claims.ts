@@ -47,13 +47,16 @@ function processingTimeout<Query extends { timeout(ms: number): Query }>(
   return withStatementTimeout(query, context.options.transactionTimeoutMs ?? 0)
 }
 
+/** The state of a row never tried: due at once. */
+const NEW = 'pending'
+/** The states of a row tried before: due once `next_attempt_at` (backoff, lease) has passed. */
+const RETRIED = ['failed', 'processing']
+
 /** Due rows: new ones, failed ones past their backoff, processing ones past their lease. */
 function due<Query>(query: Query, client: QueryClientContract, now: Date): Query {
   return (query as any).where((q: any) => {
-    q.where('state', 'pending').orWhere((failed: any) => {
-      failed
-        .whereIn('state', ['failed', 'processing'])
-        .where('next_attempt_at', '<=', dbDate(client, now))
+    q.where('state', NEW).orWhere((failed: any) => {
+      failed.whereIn('state', RETRIED).where('next_attempt_at', '<=', dbDate(client, now))
     })
   })
 }
@@ -65,12 +68,12 @@ function due<Query>(query: Query, client: QueryClientContract, now: Date): Query
  */
 function stillDue<Query>(query: Query, client: QueryClientContract, now: Date): Query {
   if (!isSqlite(client)) return due(query, client, now)
-  return (query as any).whereRaw('(+?? = ? or (+?? in (?, ?) and +?? <= ?))', [
+  const retried = RETRIED.map(() => '?').join(', ')
+  return (query as any).whereRaw(`(+?? = ? or (+?? in (${retried}) and +?? <= ?))`, [
     'state',
-    'pending',
+    NEW,
     'state',
-    'failed',
-    'processing',
+    ...RETRIED,
     'next_attempt_at',
     dbDate(client, now),
   ])
@@ -90,10 +93,10 @@ async function sqliteDueIds(
   now: Date,
   limit: number
 ): Promise<number[]> {
-  const fresh = knexRowsOf(context, client).select('id').where('state', 'pending')
+  const fresh = knexRowsOf(context, client).select('id').where('state', NEW)
   const retries = knexRowsOf(context, client)
     .select('id')
-    .whereIn('state', ['failed', 'processing'])
+    .whereIn('state', RETRIED)
     .where('next_attempt_at', '<=', dbDate(client, now))
   const rows: Array<{ id: number }> = await fresh
     .unionAll(retries)
@@ -303,14 +306,14 @@ async function claimLocking(
     query.select(CLAIMED_COLUMNS).limit(count).forUpdate().skipLocked()
   const table = () => knexRowsOf(context, trx)
   const picked = await pick(
-    table().where('state', 'pending').whereNull('next_attempt_at').orderBy('id', 'asc'),
+    table().where('state', NEW).whereNull('next_attempt_at').orderBy('id', 'asc'),
     limit
   )
   if (picked.length < limit) {
     picked.push(
       ...(await pick(
         table()
-          .whereIn('state', ['failed', 'processing'])
+          .whereIn('state', RETRIED)
           .where('next_attempt_at', '<=', dbDate(trx, now))
           .orderBy([
             { column: 'state', order: 'asc' },
