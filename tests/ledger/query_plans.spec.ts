@@ -78,21 +78,17 @@ async function fullScans(db: Database, statement: Statement, large: string[]): P
     statement.bindings as any[]
   )
   // A search by the account alone reads the account's every row: one account holds them all.
-  // Unless the statement stops at its first rows: a LIMIT with nothing to sort or aggregate
-  // first (an existence check reads one entry).
-  const stopsEarly =
-    /\blimit\b/i.test(sql) && !/\b(order by|group by|count|max|min|sum)\b/i.test(sql)
+  // Unless the statement asks only whether the account has a row (its first index entry).
+  const existenceCheck = /^select \S+ from \S+ where \S*account\S* = \? limit \?$/i.test(sql)
   const byAccountAlone = (table: string) =>
-    stopsEarly
-      ? /^$/
-      : new RegExp(`^SEARCH ${table}( AS \\w+)? USING (COVERING )?INDEX \\S+ \\(account=\\?\\)$`)
+    new RegExp(`^SEARCH ${table}( AS \\w+)? USING (COVERING )?INDEX \\S+ \\(account=\\?\\)$`)
   return rows
     .map((row) => row.detail)
     .filter((detail) =>
       large.some(
         (table) =>
           new RegExp(`^SCAN ${table}( AS \\w+)?$`).test(detail.trim()) ||
-          byAccountAlone(table).test(detail.trim())
+          (!existenceCheck && byAccountAlone(table).test(detail.trim()))
       )
     )
 }
