@@ -206,15 +206,40 @@ export class InboxInserts {
   }
 
   /**
-   * MySQL has no RETURNING: in one transaction, the ids this account already stored are read
-   * (another account's same id is no duplicate) and the others inserted in one INSERT (not
-   * `INSERT IGNORE`, which would also turn a refused value into a stored default). A
-   * delivery another instance stores in between fails that INSERT as a duplicate of
-   * `(account, delivery_id)`: the batch is then stored row by row, each row told its outcome.
-   * A transaction chosen as a deadlock's victim is run again whole, its read included (what
-   * the other transaction committed meanwhile is then found stored).
+   * MySQL has no RETURNING. The batch goes first as one INSERT on its own (autocommit): one
+   * round trip, the common case, where none of its deliveries was stored before. Every
+   * round trip of the acknowledgement waits for a turn of the event loop, which an inline
+   * batch shares (a transaction with a read first took five: BEGIN, the read, the INSERT,
+   * COMMIT, and the isolation level). A stored id fails the whole statement, nothing of it
+   * kept (InnoDB undoes a failed statement), and the batch goes the careful way
+   * (`#insertKnown`). A deadlock's victim is run again.
    */
   async #insertIgnoring(
+    client: QueryClientContract,
+    rows: Array<{ delivery_id: string }>,
+    expired: AbortSignal
+  ) {
+    try {
+      await this.#retryingDeadlocks(client, expired, () =>
+        this.#statementTimeout(client.knexQuery().table(this.context.table).insert(rows))
+      )
+      return new Set(rows.map((row) => row.delivery_id))
+    } catch (error) {
+      if (!isUniqueViolation(error)) throw error
+    }
+    return this.#insertKnown(client, rows, expired)
+  }
+
+  /**
+   * A batch that holds a stored delivery: in one transaction, the ids this account already
+   * stored are read (another account's same id is no duplicate) and the others inserted in
+   * one INSERT (not `INSERT IGNORE`, which would also turn a refused value into a stored
+   * default). A delivery another instance stores in between fails that INSERT as a duplicate
+   * of `(account, delivery_id)`: the batch is then stored row by row, each row told its
+   * outcome. A transaction chosen as a deadlock's victim is run again whole, its read
+   * included (what the other transaction committed meanwhile is then found stored).
+   */
+  async #insertKnown(
     client: QueryClientContract,
     rows: Array<{ delivery_id: string }>,
     expired: AbortSignal

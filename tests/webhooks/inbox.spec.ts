@@ -272,9 +272,29 @@ test.group(`Webhooks | inbox group commit (${TEST_DB})`, () => {
       )
       assert.isTrue(rows.every((row) => row.state === 'pending'))
       if (rowByRow) assert.equal(seen.inserts, 44, 'one INSERT per delivery')
-      else assert.equal(seen.inserts, 1, 'one INSERT for the whole burst')
+      // MySQL has no RETURNING: its INSERT of the burst is refused for the stored id first,
+      // then the burst goes again without it.
+      else assert.equal(seen.inserts, TEST_DB === 'mysql' ? 2 : 1, 'one INSERT for the burst')
     })
   }
+
+  test('a burst of new deliveries is one statement, no transaction: one round trip of the acknowledgement', async ({
+    assert,
+    cleanup,
+  }) => {
+    // Every round trip of an acknowledgement waits for a turn of the event loop, which the
+    // inline processing shares: on MySQL, a transaction with a read first made it five.
+    const { db, table, store } = await freshInbox(cleanup)
+    const statements = recordStatements(db)
+    const outcomes = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => store.insert(delivery(`fresh-${i}`)))
+    )
+    assert.deepEqual(outcomes, Array(12).fill('stored'))
+    assert.lengthOf(statements, 1, statements.join('\n'))
+    assert.match(statements[0], new RegExp(`^insert into .?${table}`, 'i'))
+    const [{ total }] = await db.from(table).count('* as total')
+    assert.equal(Number(total), 12)
+  })
 
   test('a burst larger than a batch is split into statements of 200', async ({
     assert,
