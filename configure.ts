@@ -121,6 +121,7 @@ export async function configure(command: Configure) {
     { name: 'add_payouts_trace_context', at: stamp + 3 },
     { name: 'add_payouts_accounts', at: stamp + 4 },
     { name: 'add_payouts_provider_metadata_at', at: stamp + 5 },
+    { name: 'add_payouts_provider_metadata_due', at: stamp + 6 },
   ]
   for (const { name, at } of publish) {
     if (migrations.some((file) => file.endsWith(`_${name}.ts`))) continue

@@ -171,7 +171,7 @@ export function growthCommands(bench: BenchApp, lucid: Database, db: BenchDb) {
         .whereIn('status', [...TERMINAL_STATUSES])
         .where('last_observed_at', '>=', dbDate(sql, new Date(Date.now() - 25 * 3600_000)))
         .whereNull('provider_metadata_at')
-        .update({ provider_metadata_at: dbDate(sql, new Date()) })
+        .update({ provider_metadata_at: dbDate(sql, new Date()), provider_metadata_due_at: null })
       // Those bulk updates (every in-flight payout at once, unlike the trickle of observations
       // of a running app) left their old index entries for InnoDB's purge: let it run.
       if (db === 'mysql') await settleInnodb(sql)

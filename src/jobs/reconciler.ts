@@ -5,7 +5,6 @@ import { dbDate } from '../database/dates.ts'
 import type { Database } from '@adonisjs/lucid/database'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
-import { TERMINAL_STATUSES } from '../schemas/common.ts'
 import type { PayoutStuckEvent } from '../types/events.ts'
 import type { PayoutLedger } from '../ledger/payout_ledger.ts'
 import { sharedAccount } from '../ledger/accounts.ts'
@@ -225,37 +224,19 @@ export class Reconciler {
 
   /**
    * Up to `limit` payouts that ended since `since` and whose routing detail was not read
-   * since their end (`provider_metadata_at` null or before `status_changed_at`), oldest
-   * observation first. One query per terminal status, each a range of the (status,
-   * last_observed_at) index from `since` (the observation that ended a payout set both
-   * columns, later ones move only the first), the rest a filter on the rows of that range:
-   * the terminal payouts heard from within the window. A read of one dates its detail at or
-   * after the end, so it leaves the set; one the service cannot answer leaves it with the
-   * window (read at most once a run until then).
+   * since their end, the earliest ended first: one range of the `(account,
+   * provider_metadata_due_at)` index, which the ledger keeps to the payouts still to read
+   * (the seventh migration). A read of one dates its detail at or after the end, so it
+   * leaves the index's range; one the service cannot answer leaves it with the window (read
+   * at most once a run until then).
    */
   async #endedUnread(since: DateTime, limit: number): Promise<Payout[]> {
     if (limit <= 0) return []
     const { db, connection } = this.#options
-    const from = dbDate(db.connection(connection), since)
-    const byStatus = await Promise.all(
-      TERMINAL_STATUSES.map((status) =>
-        this.#payouts()
-          .where('status', status)
-          .where('last_observed_at', '>=', from)
-          .where('status_changed_at', '>=', from)
-          .where((unread) =>
-            unread
-              .whereNull('provider_metadata_at')
-              .orWhereColumn('provider_metadata_at', '<', 'status_changed_at')
-          )
-          .orderBy('last_observed_at', 'asc')
-          .limit(limit)
-      )
-    )
-    return byStatus
-      .flat()
-      .sort((a, b) => a.lastObservedAt!.toMillis() - b.lastObservedAt!.toMillis())
-      .slice(0, limit)
+    return this.#payouts()
+      .where('provider_metadata_due_at', '>=', dbDate(db.connection(connection), since))
+      .orderBy('provider_metadata_due_at', 'asc')
+      .limit(limit)
   }
 
   /** Raises payouts:stuck once per payout (remembered as a payout_events row). */

@@ -17,7 +17,13 @@ import { saveLockedPayouts } from './saved_rows.ts'
 import { insertPendingPayouts, snapshotOf } from './payout_rows.ts'
 import { DEFAULT_NOTIFY_LEASE_MS, leaseOwner, type NotifyLease } from './payout_outbox.ts'
 import { mergePlaceholders } from './read_id_placeholders.ts'
-import { isBehind, reduce, type PayoutPosition, type ReduceResult } from './state_machine.ts'
+import {
+  isBehind,
+  isTerminal,
+  reduce,
+  type PayoutPosition,
+  type ReduceResult,
+} from './state_machine.ts'
 import {
   isUuid,
   type AppliedBatch,
@@ -394,7 +400,27 @@ export class PayoutApplier {
           : observedAt
       }
     }
+    this.#markMetadataDue(trx, row)
     return { previous, outcome, ownerAttached }
+  }
+
+  /**
+   * Keeps `provider_metadata_due_at` true: the time the payout ended while the routing detail
+   * of its end is not read (`provider_metadata_at` null or before `status_changed_at`, as the
+   * database keeps them), null otherwise. The reconciler reads the payouts it marks, and no
+   * others, through its index. Written only when it changes.
+   */
+  #markMetadataDue(trx: TransactionClientContract, row: Payout) {
+    const ended = row.statusChangedAt && isTerminal(row.status) ? row.statusChangedAt : null
+    const read =
+      ended !== null &&
+      row.providerMetadataAt !== null &&
+      asStored(trx, row.providerMetadataAt) >= asStored(trx, ended)
+    const due = ended && !read ? asStored(trx, ended) : null
+    // Undefined on a row read before the column existed: as null, so that nothing is written.
+    const now = row.providerMetadataDueAt ?? null
+    if (due === null ? now === null : now !== null && now.toMillis() === due.toMillis()) return
+    row.providerMetadataDueAt = due
   }
 
   /** The result of one applied observation, and its change when it moved the payout. */

@@ -95,6 +95,13 @@ export default class Payout extends BaseModel {
   @column.dateTime(utcDateTime)
   declare providerMetadataAt: DateTime | null
 
+  /**
+   * When the payout ended, while the routing detail of its end is not read yet; null
+   * otherwise. The reconciler reads such payouts once (see `metadataDueOf`).
+   */
+  @column.dateTime({ ...utcDateTime, serializeAs: null })
+  declare providerMetadataDueAt: DateTime | null
+
   /** Banking instructions, payment URL or escrow details: private, never broadcast. */
   @column({ ...jsonColumn, serializeAs: null })
   declare instructions: Record<string, unknown> | null

@@ -68,6 +68,9 @@ function moveTo(payout: Payout, position: FactoryPosition) {
   payout.statusChangedAt = now
   payout.lastObservedAt = now
   payout.completedAt = position.status === 'completed' ? now : null
+  // Ended with no routing detail read since: the reconciler reads it once, as the ledger's.
+  const ended = ['completed', 'failed', 'cancelled'].includes(position.status)
+  payout.providerMetadataDueAt = ended && !payout.providerMetadataAt ? now : null
 }
 
 /**

@@ -6,15 +6,18 @@ import {
   createPayoutsIndexes,
   createPayoutsLeases,
   createPayoutsProviderMetadataAt,
+  createPayoutsProviderMetadataDue,
   createPayoutsTables,
   createPayoutsTraceContext,
   dropPayoutsProviderMetadataAt,
+  dropPayoutsProviderMetadataDue,
   dropPayoutsTables,
   tableNames,
 } from '../../src/database/schema.ts'
+import { Reconciler } from '../../src/jobs/reconciler.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import { Payout } from '../../src/models/main.ts'
-import type { ProviderMetadata } from '../../src/schemas/resources.ts'
+import type { Payout as RemotePayout, ProviderMetadata } from '../../src/schemas/resources.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 
 const UUID = '0f4e8c2a-6b1d-4a3e-9f7c-5d2b8e1a4c6f'
@@ -98,5 +101,101 @@ test.group(`Database | the provider metadata migration (${TEST_DB})`, () => {
     await assert.rejects(() =>
       sql.table(t.payouts).insert({ ...earlier, payout_uuid: UUID, account: 'main' })
     )
+  })
+
+  test('on a ledger of the first six migrations: marks the ended payouts whose detail is unread, the reconciler reads those alone and clears them, down keeps every row', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'metadata_due_migration', {
+      createTables: false,
+    })
+    const sql = db.connection()
+    const schema = () => sql.schema
+    await createPayoutsProviderMetadataAt(
+      createPayoutsAccounts(
+        createPayoutsTraceContext(
+          createPayoutsLeases(
+            createPayoutsIndexes(createPayoutsTables(schema(), prefix), prefix),
+            prefix
+          ),
+          prefix
+        ),
+        prefix
+      ),
+      prefix
+    )
+    cleanup(async () => {
+      await dropPayoutsTables(schema(), prefix)
+    })
+    const t = tableNames(prefix)
+    const column = () => schema().hasColumn(t.payouts, 'provider_metadata_due_at')
+    assert.isFalse(await column())
+
+    // Rows as the sixth migration's version left them, an hour after each payout's end.
+    const endedAt = DateTime.now().minus({ hours: 2 }).startOf('second')
+    const at = (time: DateTime) => dbDate(sql, time)
+    const row = (uuid: string, status: string, readAt: DateTime | null) => ({
+      account: 'main',
+      payout_uuid: uuid,
+      status,
+      last_observed_at: at(endedAt.plus({ hours: 1 })),
+      status_changed_at: at(endedAt),
+      provider_metadata_at: readAt && at(readAt),
+      created_at: at(endedAt.minus({ hours: 1 })),
+      updated_at: at(endedAt),
+    })
+    const uuid = (n: number) => `00000000-0000-4000-8000-00000000000${n}`
+    await sql.table(t.payouts).multiInsert([
+      row(uuid(1), 'completed', null), // ended, never read
+      row(uuid(2), 'failed', endedAt.minus({ minutes: 5 })), // read before its end only
+      row(uuid(3), 'completed', endedAt.plus({ minutes: 5 })), // read after its end
+      row(uuid(4), 'processing', null), // not ended
+      row(uuid(5), 'cancelled', endedAt), // read at its end
+    ])
+
+    await createPayoutsProviderMetadataDue(schema(), prefix)
+    assert.isTrue(await column())
+    const marks = async () =>
+      Object.fromEntries(
+        (
+          await sql
+            .from(t.payouts)
+            .select('payout_uuid', 'provider_metadata_due_at')
+            .orderBy('payout_uuid', 'asc')
+        ).map((r) => [r.payout_uuid.slice(-1), r.provider_metadata_due_at !== null])
+      )
+    assert.deepEqual(await marks(), { 1: true, 2: true, 3: false, 4: false, 5: false })
+    const marked = await Payout.findByOrFail('payoutUuid', uuid(1))
+    assert.equal(marked.providerMetadataDueAt!.toMillis(), endedAt.toMillis())
+
+    // The reconciler reads the two marked, each once (the payout in flight is not stale).
+    const reads: string[] = []
+    const getPayout = async (id: string) => {
+      reads.push(id)
+      const status =
+        id === uuid(4) ? 'processing' : (await Payout.findByOrFail('payoutUuid', id)).status
+      return {
+        id,
+        status,
+        step: null,
+        providerMetadata: { version: 1, offramp: { protocol: 'rt_x', status: 'sent' } },
+      } as unknown as RemotePayout
+    }
+    const reconciler = () =>
+      new Reconciler({ db, ledger: new PayoutLedger(db), client: { rateLimit: null, getPayout } })
+    await reconciler().run({ staleAfterMs: 24 * 3600_000 })
+    assert.sameMembers(reads, [uuid(1), uuid(2)])
+    assert.deepEqual(await marks(), { 1: false, 2: false, 3: false, 4: false, 5: false })
+    reads.length = 0
+    await reconciler().run({ staleAfterMs: 24 * 3600_000 })
+    assert.deepEqual(reads, [])
+
+    await dropPayoutsProviderMetadataDue(schema(), prefix)
+    assert.isFalse(await column())
+    const [{ n }] = await sql.from(t.payouts).count('* as n')
+    assert.equal(Number(n), 5)
+    // The unique payout id is still there after SQLite's rebuild of the table.
+    await assert.rejects(() => sql.table(t.payouts).insert(row(uuid(1), 'completed', null)))
   })
 })

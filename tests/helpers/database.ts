@@ -12,6 +12,7 @@ import {
   createPayoutsIndexes,
   createPayoutsLeases,
   createPayoutsProviderMetadataAt,
+  createPayoutsProviderMetadataDue,
   createPayoutsTables,
   createPayoutsTraceContext,
   dropPayoutsTables,
@@ -19,13 +20,16 @@ import {
 import { configureModels } from '../../src/models/main.ts'
 import { SCRATCH_URL } from './scratch.ts'
 
-/** The plugin's tables as the six published migrations leave them, in their order. */
+/** The plugin's tables as the seven published migrations leave them, in their order. */
 export function createAllPayoutsTables(schema: any, prefix?: string) {
-  return createPayoutsProviderMetadataAt(
-    createPayoutsAccounts(
-      createPayoutsTraceContext(
-        createPayoutsLeases(
-          createPayoutsIndexes(createPayoutsTables(schema, prefix), prefix),
+  return createPayoutsProviderMetadataDue(
+    createPayoutsProviderMetadataAt(
+      createPayoutsAccounts(
+        createPayoutsTraceContext(
+          createPayoutsLeases(
+            createPayoutsIndexes(createPayoutsTables(schema, prefix), prefix),
+            prefix
+          ),
           prefix
         ),
         prefix

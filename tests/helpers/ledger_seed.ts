@@ -189,6 +189,7 @@ export async function seedLedger(
         'payout_currency',
         'last_observed_at',
         'status_changed_at',
+        'provider_metadata_due_at',
         'created_at',
         'updated_at',
       ],
@@ -206,6 +207,8 @@ export async function seedLedger(
         `'EUR'`,
         observed('x'),
         observed('x'),
+        // Ended, its routing detail never read: marked as the ledger marks it.
+        `CASE WHEN ${inFlight('x')} OR ${stuck('x')} THEN NULL ELSE ${observed('x')} END`,
         created('x'),
         observed('x'),
       ],

@@ -11,6 +11,8 @@ import {
   createPayoutsAccounts,
   createPayoutsIndexes,
   createPayoutsLeases,
+  createPayoutsProviderMetadataAt,
+  createPayoutsProviderMetadataDue,
   createPayoutsTables,
   createPayoutsTraceContext,
   dropPayoutsTables,
@@ -757,8 +759,11 @@ test.group(`Accounts | an app from before accounts (${TEST_DB})`, () => {
     // The earlier app stops (its own tables go); the old ledger stays.
     await earlier.close()
 
-    // The fifth migration, then the app booted with its old flat config on that ledger.
+    // The fifth migration and the later ones, as an upgrade runs them, then the app booted
+    // with its old flat config on that ledger.
     await createPayoutsAccounts(schema(), oldPrefix)
+    await createPayoutsProviderMetadataAt(schema(), oldPrefix)
+    await createPayoutsProviderMetadataDue(schema(), oldPrefix)
     const upgraded = await startApp(cleanup, flat(oldPrefix), {
       prefix: oldPrefix,
       tables: 'shared',

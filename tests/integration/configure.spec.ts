@@ -72,7 +72,7 @@ async function migrationsOf(root: URL) {
   const files = await readdir(new URL('database/migrations/', root))
   return files
     .filter((file) =>
-      /_(create_payouts_tables|add_payouts_indexes|add_payouts_leases|add_payouts_trace_context|add_payouts_accounts|add_payouts_provider_metadata_at)\.ts$/.test(
+      /_(create_payouts_tables|add_payouts_indexes|add_payouts_leases|add_payouts_trace_context|add_payouts_accounts|add_payouts_provider_metadata_at|add_payouts_provider_metadata_due)\.ts$/.test(
         file
       )
     )
@@ -120,10 +120,10 @@ test.group('Configure', (group) => {
     await assert.fileContains('.env.example', 'PAYOUTS_BASE_URL=http://127.0.0.1:4010')
     await assert.fileContains('.env.example', 'PAYOUTS_API_KEY=')
     await assert.fileNotContains('.env.example', URL_SAFE_KEY)
-    const [migration, indexes, leases, traceContext, accounts, metadataAt, ...others] =
+    const [migration, indexes, leases, traceContext, accounts, metadataAt, metadataDue, ...others] =
       await migrationsOf(folderUrl(fs.basePath))
     assert.lengthOf(others, 0)
-    assert.lengthOf(await fs.readDir('database/migrations'), 6)
+    assert.lengthOf(await fs.readDir('database/migrations'), 7)
     assert.match(migration, /^\d+_create_payouts_tables\.ts$/)
     await assert.fileContains(`database/migrations/${migration}`, [
       `createPayoutsTables(this.schema, 'svc_')`,
@@ -157,12 +157,19 @@ test.group('Configure', (group) => {
       `createPayoutsAccounts(this.schema, 'svc_')`,
       `dropPayoutsAccounts(this.schema, 'svc_')`,
     ])
-    // When each payout's routing detail was observed comes last.
+    // When each payout's routing detail was observed comes next.
     assert.match(metadataAt, /^\d+_add_payouts_provider_metadata_at\.ts$/)
     assert.isAbove(Number.parseInt(metadataAt), Number.parseInt(accounts))
     await assert.fileContains(`database/migrations/${metadataAt}`, [
       `createPayoutsProviderMetadataAt(this.schema, 'svc_')`,
       `dropPayoutsProviderMetadataAt(this.schema, 'svc_')`,
+    ])
+    // The mark of the ended payouts whose detail is still to read comes last.
+    assert.match(metadataDue, /^\d+_add_payouts_provider_metadata_due\.ts$/)
+    assert.isAbove(Number.parseInt(metadataDue), Number.parseInt(metadataAt))
+    await assert.fileContains(`database/migrations/${metadataDue}`, [
+      `createPayoutsProviderMetadataDue(this.schema, 'svc_')`,
+      `dropPayoutsProviderMetadataDue(this.schema, 'svc_')`,
     ])
     await assert.fileContains('start/env.ts', [
       'PAYOUTS_API_KEY: Env.schema.secret.optional()',
@@ -185,7 +192,7 @@ test.group('Configure', (group) => {
     const command = await ace.create(Configure, ARGS)
     await command.exec()
     assertConfigured(command)
-    const [tables, indexes, leases, traceContext, accounts, metadataAt, ...others] =
+    const [tables, indexes, leases, traceContext, accounts, metadataAt, metadataDue, ...others] =
       await migrationsOf(folderUrl(fs.basePath))
     assert.lengthOf(others, 0)
     assert.equal(`database/migrations/${tables}`, earlier)
@@ -205,6 +212,8 @@ test.group('Configure', (group) => {
     assert.isAbove(Number.parseInt(accounts), Number.parseInt(traceContext))
     assert.match(metadataAt, /^\d+_add_payouts_provider_metadata_at\.ts$/)
     assert.isAbove(Number.parseInt(metadataAt), Number.parseInt(accounts))
+    assert.match(metadataDue, /^\d+_add_payouts_provider_metadata_due\.ts$/)
+    assert.isAbove(Number.parseInt(metadataDue), Number.parseInt(metadataAt))
   })
 
   test('running it twice leaves the app unchanged', async ({ assert, fs }) => {
@@ -225,7 +234,7 @@ test.group('Configure', (group) => {
     const again = await ace.create(Configure, ARGS)
     await again.exec()
     assertConfigured(again)
-    assert.lengthOf(await fs.readDir('database/migrations'), 6)
+    assert.lengthOf(await fs.readDir('database/migrations'), 7)
     const second = await Promise.all(files.map((file) => fs.contents(file)))
     assert.deepEqual(second, first)
   })
@@ -369,7 +378,7 @@ test.group('Configure', (group) => {
     )
     const demoMigrations = await migrationsOf(DEMO)
     const migrations = await migrationsOf(folderUrl(fs.basePath))
-    assert.lengthOf(demoMigrations, 6)
+    assert.lengthOf(demoMigrations, 7)
     for (const [index, demoMigration] of demoMigrations.entries()) {
       assert.equal(
         await demoFile(`database/migrations/${demoMigration}`),
