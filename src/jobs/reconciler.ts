@@ -177,6 +177,7 @@ export class Reconciler {
             }),
         })
         if (result.changed) summary.changed++
+        if (hadEnded && result.payout.providerMetadataDueAt) await this.#readAgainLater(payout)
         if (await this.#reportIfStuck(result.payout)) summary.stuck++
       } catch (error) {
         if (!(error instanceof PayoutsApiError)) throw error
@@ -187,6 +188,7 @@ export class Reconciler {
         // One payout the service answers badly must not block the ones behind it.
         if (error.status === 404) summary.missing++
         else summary.failed++
+        if (hadEnded) await this.#readAgainLater(payout)
       }
     }
     return summary
@@ -224,19 +226,36 @@ export class Reconciler {
 
   /**
    * Up to `limit` payouts that ended since `since` and whose routing detail was not read
-   * since their end, the earliest ended first: one range of the `(account,
-   * provider_metadata_due_at)` index, which the ledger keeps to the payouts still to read
-   * (the seventh migration). A read of one dates its detail at or after the end, so it
-   * leaves the index's range; one the service cannot answer leaves it with the window (read
-   * at most once a run until then).
+   * since their end, longest due first: a range of the `(account, provider_metadata_due_at)`
+   * index, which the ledger keeps to the payouts still to read (the seventh migration), in
+   * its order. A read that gives the detail of the end takes a payout out of it; one that
+   * does not (the service not yet showing the end, no detail, no answer) dates it anew
+   * (`#readAgainLater`), so it goes behind the others, and the end's time bounds how long it
+   * is read again. In a running app the range holds the payouts that ended since the last
+   * runs.
    */
   async #endedUnread(since: DateTime, limit: number): Promise<Payout[]> {
     if (limit <= 0) return []
     const { db, connection } = this.#options
+    const from = dbDate(db.connection(connection), since)
     return this.#payouts()
-      .where('provider_metadata_due_at', '>=', dbDate(db.connection(connection), since))
+      .where('provider_metadata_due_at', '>=', from)
+      .where('status_changed_at', '>=', from)
       .orderBy('provider_metadata_due_at', 'asc')
       .limit(limit)
+  }
+
+  /**
+   * An ended payout whose read did not give the detail of its end: still due, behind the
+   * payouts due now (a few that the service answers that way must not take every run's room
+   * from those that ended after them).
+   */
+  async #readAgainLater(payout: Payout) {
+    const { db, connection } = this.#options
+    await this.#payouts()
+      .where('id', payout.id)
+      .whereNotNull('provider_metadata_due_at')
+      .update({ provider_metadata_due_at: dbDate(db.connection(connection), this.#options.now()) })
   }
 
   /** Raises payouts:stuck once per payout (remembered as a payout_events row). */

@@ -387,6 +387,7 @@ export class PayoutApplier {
     const outcome = reduce(previous, { status: observation.status, step: observation.step })
     const ownerAttached = !row.ownerId && !!observation.fields?.ownerId && previous !== null
     this.#fill(row, observation)
+    const metadataBefore = row.providerMetadataAt
     this.#takeProviderMetadata(trx, row, previous, observation, observedAt)
     // When we last heard, on our clock (the event time is kept in payout_events).
     row.lastObservedAt = DateTime.now()
@@ -400,15 +401,17 @@ export class PayoutApplier {
           : observedAt
       }
     }
-    this.#markMetadataDue(trx, row)
+    if (outcome.changed || row.providerMetadataAt !== metadataBefore)
+      this.#markMetadataDue(trx, row)
     return { previous, outcome, ownerAttached }
   }
 
   /**
-   * Keeps `provider_metadata_due_at` true: the time the payout ended while the routing detail
-   * of its end is not read (`provider_metadata_at` null or before `status_changed_at`, as the
-   * database keeps them), null otherwise. The reconciler reads the payouts it marks, and no
-   * others, through its index. Written only when it changes.
+   * Sets `provider_metadata_due_at` when the payout moves or its routing detail is taken: the
+   * time the payout ended while the detail of its end is not read (`provider_metadata_at`
+   * null or before `status_changed_at`, as the database keeps them), null otherwise (what it
+   * depends on changes nowhere else). The reconciler reads the payouts it marks, and no
+   * others, through its index.
    */
   #markMetadataDue(trx: TransactionClientContract, row: Payout) {
     const ended = row.statusChangedAt && isTerminal(row.status) ? row.statusChangedAt : null
@@ -416,7 +419,11 @@ export class PayoutApplier {
       ended !== null &&
       row.providerMetadataAt !== null &&
       asStored(trx, row.providerMetadataAt) >= asStored(trx, ended)
-    const due = ended && !read ? asStored(trx, ended) : null
+    this.#setMetadataDue(row, ended && !read ? asStored(trx, ended) : null)
+  }
+
+  /** Written only when it changes. */
+  #setMetadataDue(row: Payout, due: DateTime | null) {
     // Undefined on a row read before the column existed: as null, so that nothing is written.
     const now = row.providerMetadataDueAt ?? null
     if (due === null ? now === null : now !== null && now.toMillis() === due.toMillis()) return

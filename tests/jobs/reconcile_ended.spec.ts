@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import { test } from '@japa/runner'
 import { DateTime, type DurationLike } from 'luxon'
 import { PayoutsResponseError } from '../../src/client/main.ts'
+import { dbDate } from '../../src/database/dates.ts'
 import { tableNames } from '../../src/database/schema.ts'
 import { Reconciler } from '../../src/jobs/reconciler.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
@@ -129,6 +130,34 @@ test.group(`Jobs | reconciliation of ended payouts (${TEST_DB})`, (group) => {
     const reads = s.reads.length
     assert.deepInclude(await s.reconciler().run(), { checked: 1, ended: 1 })
     assert.deepEqual(s.reads.slice(reads), [completed])
+  })
+
+  test('a payout whose read is behind goes behind the others: a later one is read before it is read again', async ({
+    assert,
+    cleanup,
+  }) => {
+    const s = await setup(cleanup)
+    const lagging = await s.byWebhook('failed', 'converting', { minutes: 10 })
+    const next = await s.byWebhook('completed', 'delivered', { minutes: 5 })
+    // Heard from in that order (whole seconds apart on every store).
+    const heard = (id: string, ago: DurationLike) =>
+      Payout.query()
+        .where('payout_uuid', id)
+        .update({ last_observed_at: dbDate(s.db.connection(), DateTime.now().minus(ago)) })
+    await heard(lagging, { minutes: 10 })
+    await heard(next, { minutes: 5 })
+    // The service does not show the first one's end yet; the second's it does.
+    s.setAnswer((id) =>
+      id === lagging
+        ? { status: 'processing', step: 'converting' }
+        : { status: 'completed', step: 'delivered', providerMetadata: metadata('completed') }
+    )
+    // Room for one ended payout a run.
+    const run = () => s.reconciler({ batchSize: 1 }).run()
+    for (let i = 0; i < 3; i++) await run()
+    assert.deepEqual(s.reads, [lagging, next, lagging])
+    assert.deepEqual((await s.row(next)).providerMetadata, metadata('completed'))
+    assert.isNull((await s.row(lagging)).providerMetadata)
   })
 
   test('a payout the service does not know (404) is tried once a run within the window, never after', async ({
