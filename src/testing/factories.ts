@@ -68,9 +68,17 @@ function moveTo(payout: Payout, position: FactoryPosition) {
   payout.statusChangedAt = now
   payout.lastObservedAt = now
   payout.completedAt = position.status === 'completed' ? now : null
-  // Ended with no routing detail read since: the reconciler reads it once, as the ledger's.
-  const ended = ['completed', 'failed', 'cancelled'].includes(position.status)
-  payout.providerMetadataDueAt = ended && !payout.providerMetadataAt ? now : null
+}
+
+/**
+ * Marks a factory payout as the ledger would once its attributes are final (merged values and
+ * states both applied): ended with the routing detail of its end not read since, so the
+ * reconciler reads it once.
+ */
+function markMetadataDue(payout: Payout) {
+  const ended = isTerminal(payout.status) && payout.statusChangedAt ? payout.statusChangedAt : null
+  const read = ended && payout.providerMetadataAt && payout.providerMetadataAt >= ended
+  payout.providerMetadataDueAt = ended && !read ? ended : null
 }
 
 /**
@@ -139,6 +147,8 @@ export const PayoutFactory = factory
     })
   })
   .relation('events', () => PayoutEventFactory)
+  .before('makeStubbed', (_, payout) => markMetadataDue(payout))
+  .before('create', (_, payout) => markMetadataDue(payout))
   .build()
 
 /** How many events the `events` relation has made for each payout so far. */

@@ -101,6 +101,37 @@ test.group(`Testing | factories (${TEST_DB})`, () => {
       assert.lengthOf(await Payout.query().where('payout_uuid', made.payoutUuid), 1)
     })
 
+  test('an ended payout is marked for its routing detail as the ledger marks it, merged values and states both counted', async ({
+    assert,
+    cleanup,
+  }) => {
+    await setupDatabase(cleanup, 'factory_marks')
+    const due = (payout: Payout) =>
+      payout.providerMetadataDueAt && payout.providerMetadataDueAt.toMillis()
+    const ended = await PayoutFactory.apply('completed').create()
+    assert.equal(due(ended), ended.statusChangedAt!.toMillis())
+    // A detail read before the end is not the end's; one read after it is.
+    const readBefore = await PayoutFactory.merge({
+      providerMetadataAt: DateTime.now().minus({ hours: 1 }),
+    })
+      .apply('failed')
+      .create()
+    assert.equal(due(readBefore), readBefore.statusChangedAt!.toMillis())
+    const readAfter = await PayoutFactory.merge({
+      providerMetadataAt: DateTime.now().plus({ minutes: 1 }),
+    })
+      .apply('completed')
+      .create()
+    assert.isNull(readAfter.providerMetadataDueAt)
+    // A status merged without its state.
+    const merged = await PayoutFactory.merge({ status: 'cancelled' }).create()
+    assert.equal(due(merged), merged.statusChangedAt!.toMillis())
+    const running = await PayoutFactory.apply('processing').create()
+    assert.isNull(running.providerMetadataDueAt)
+    const stub = await PayoutFactory.apply('completed').makeStubbed()
+    assert.equal(due(stub), stub.statusChangedAt!.toMillis())
+  })
+
   test('a processing or failed payout keeps a merged step', async ({ assert, cleanup }) => {
     const { db } = await setupDatabase(cleanup, 'factories')
     const converting = await PayoutFactory.merge({ step: 'converting' })
