@@ -42,8 +42,9 @@ function isUniqueViolation(error: unknown): boolean {
 }
 
 /**
- * Group commit here: one statement per batch with RETURNING, or on MySQL one transaction
- * that reads which ids exist and inserts the rest in one `INSERT IGNORE`.
+ * Group commit here: one statement per batch with RETURNING, or on MySQL one INSERT of the
+ * batch (a batch with a stored id: one transaction that reads which ids exist and inserts the
+ * rest in one INSERT).
  */
 export function groupsInserts(context: InboxContext, client: QueryClientContract): boolean {
   return batches(context, client) || (!context.options.rowByRow && skipsLockedRows(client))
