@@ -23,30 +23,41 @@ import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 const UUID = '0f4e8c2a-6b1d-4a3e-9f7c-5d2b8e1a4c6f'
 const OTHER_UUID = '7a9c1e3b-2d4f-4b6a-8c0e-1f3a5b7d9e2c'
 
+/**
+ * A ledger as the first five migrations leave it (and the sixth with `sixth`), its tables
+ * dropped after the test.
+ */
+async function earlierLedger(
+  cleanup: (fn: () => Promise<void>) => void,
+  name: string,
+  options: { sixth?: boolean } = {}
+) {
+  const { db, prefix } = await setupDatabase(cleanup, name, { createTables: false })
+  const sql = db.connection()
+  const schema = () => sql.schema
+  const fifth = createPayoutsAccounts(
+    createPayoutsTraceContext(
+      createPayoutsLeases(
+        createPayoutsIndexes(createPayoutsTables(schema(), prefix), prefix),
+        prefix
+      ),
+      prefix
+    ),
+    prefix
+  )
+  await (options.sixth ? createPayoutsProviderMetadataAt(fifth, prefix) : fifth)
+  cleanup(async () => {
+    await dropPayoutsTables(schema(), prefix)
+  })
+  return { db, prefix, sql, schema, t: tableNames(prefix) }
+}
+
 test.group(`Database | the provider metadata migration (${TEST_DB})`, () => {
   test('on a ledger of the first five migrations: adds provider_metadata_at, the ledger orders reads by it, and down takes it away keeping every row', async ({
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'metadata_migration', {
-      createTables: false,
-    })
-    const sql = db.connection()
-    const schema = () => sql.schema
-    await createPayoutsAccounts(
-      createPayoutsTraceContext(
-        createPayoutsLeases(
-          createPayoutsIndexes(createPayoutsTables(schema(), prefix), prefix),
-          prefix
-        ),
-        prefix
-      ),
-      prefix
-    )
-    cleanup(async () => {
-      await dropPayoutsTables(schema(), prefix)
-    })
-    const t = tableNames(prefix)
+    const { db, prefix, sql, schema, t } = await earlierLedger(cleanup, 'metadata_migration')
     const column = () => schema().hasColumn(t.payouts, 'provider_metadata_at')
     assert.isFalse(await column())
     // Rows as the earlier version left them: one observed, one with routing detail in the
@@ -107,28 +118,9 @@ test.group(`Database | the provider metadata migration (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'metadata_due_migration', {
-      createTables: false,
+    const { db, prefix, sql, schema, t } = await earlierLedger(cleanup, 'metadata_due_migration', {
+      sixth: true,
     })
-    const sql = db.connection()
-    const schema = () => sql.schema
-    await createPayoutsProviderMetadataAt(
-      createPayoutsAccounts(
-        createPayoutsTraceContext(
-          createPayoutsLeases(
-            createPayoutsIndexes(createPayoutsTables(schema(), prefix), prefix),
-            prefix
-          ),
-          prefix
-        ),
-        prefix
-      ),
-      prefix
-    )
-    cleanup(async () => {
-      await dropPayoutsTables(schema(), prefix)
-    })
-    const t = tableNames(prefix)
     const column = () => schema().hasColumn(t.payouts, 'provider_metadata_due_at')
     assert.isFalse(await column())
 
