@@ -14,16 +14,10 @@ import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
 import { confirmDetectedDeposits } from './escrow_detection.ts'
 import { saveLockedPayouts } from './saved_rows.ts'
-import { insertPendingPayouts, snapshotOf } from './payout_rows.ts'
+import { insertPendingPayouts, metadataDueOf, snapshotOf } from './payout_rows.ts'
 import { DEFAULT_NOTIFY_LEASE_MS, leaseOwner, type NotifyLease } from './payout_outbox.ts'
 import { mergePlaceholders } from './read_id_placeholders.ts'
-import {
-  isBehind,
-  isTerminal,
-  reduce,
-  type PayoutPosition,
-  type ReduceResult,
-} from './state_machine.ts'
+import { isBehind, reduce, type PayoutPosition, type ReduceResult } from './state_machine.ts'
 import {
   isUuid,
   type AppliedBatch,
@@ -401,33 +395,16 @@ export class PayoutApplier {
           : observedAt
       }
     }
-    if (outcome.changed || row.providerMetadataAt !== metadataBefore)
-      this.#markMetadataDue(trx, row)
+    // The mark of the ended payouts whose detail is still to read (`metadataDueOf`), which the
+    // reconciler reads through its index: what it depends on changes nowhere else. Written
+    // only when it changes (undefined, on a row read before the column existed, as null).
+    if (outcome.changed || row.providerMetadataAt !== metadataBefore) {
+      const due = metadataDueOf(row, (time) => asStored(trx, time))
+      if (due?.toMillis() !== row.providerMetadataDueAt?.toMillis()) {
+        row.providerMetadataDueAt = due
+      }
+    }
     return { previous, outcome, ownerAttached }
-  }
-
-  /**
-   * Sets `provider_metadata_due_at` when the payout moves or its routing detail is taken: the
-   * time the payout ended while the detail of its end is not read (`provider_metadata_at`
-   * null or before `status_changed_at`, as the database keeps them), null otherwise (what it
-   * depends on changes nowhere else). The reconciler reads the payouts it marks, and no
-   * others, through its index.
-   */
-  #markMetadataDue(trx: TransactionClientContract, row: Payout) {
-    const ended = row.statusChangedAt && isTerminal(row.status) ? row.statusChangedAt : null
-    const read =
-      ended !== null &&
-      row.providerMetadataAt !== null &&
-      asStored(trx, row.providerMetadataAt) >= asStored(trx, ended)
-    this.#setMetadataDue(row, ended && !read ? asStored(trx, ended) : null)
-  }
-
-  /** Written only when it changes. */
-  #setMetadataDue(row: Payout, due: DateTime | null) {
-    // Undefined on a row read before the column existed: as null, so that nothing is written.
-    const now = row.providerMetadataDueAt ?? null
-    if (due === null ? now === null : now !== null && now.toMillis() === due.toMillis()) return
-    row.providerMetadataDueAt = due
   }
 
   /** The result of one applied observation, and its change when it moved the payout. */

@@ -2,6 +2,7 @@ import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DateTime } from 'luxon'
 import { dbDate } from '../database/dates.ts'
 import Payout from '../models/payout.ts'
+import { isTerminal } from './state_machine.ts'
 import { isUuid, type PayoutObservation } from './vocabulary.ts'
 
 /**
@@ -47,4 +48,20 @@ export function snapshotOf(row: Payout): Payout {
   copy.$isPersisted = true
   copy.$hydrateOriginals()
   return copy
+}
+
+/**
+ * What `provider_metadata_due_at` holds for a payout as it stands: the time it ended while
+ * the routing detail of its end is not read (`provider_metadata_at` null or before
+ * `status_changed_at`), null otherwise. `stored` gives a time as the database keeps it (whole
+ * seconds on SQLite and MySQL), so the ledger decides as the stored values would.
+ */
+export function metadataDueOf(
+  payout: Pick<Payout, 'status' | 'statusChangedAt' | 'providerMetadataAt'>,
+  stored: (time: DateTime) => DateTime = (time) => time
+): DateTime | null {
+  if (!payout.statusChangedAt || !isTerminal(payout.status)) return null
+  const ended = stored(payout.statusChangedAt)
+  const read = payout.providerMetadataAt && stored(payout.providerMetadataAt) >= ended
+  return read ? null : ended
 }

@@ -97,7 +97,7 @@ export default class Payout extends BaseModel {
 
   /**
    * When the payout ended, while the routing detail of its end is not read yet; null
-   * otherwise. The reconciler reads such payouts once (`PayoutApplier`'s `#markMetadataDue`).
+   * otherwise (`metadataDueOf`). The reconciler reads such payouts once.
    */
   @column.dateTime({ ...utcDateTime, serializeAs: null })
   declare providerMetadataDueAt: DateTime | null

@@ -4,6 +4,7 @@ import { DateTime } from 'luxon'
 import { DEFAULT_ACCOUNT } from '../constants.ts'
 import { PROCESSING_STEPS, type PayoutStatus, type PayoutStep } from '../schemas/common.ts'
 import { isTerminal } from '../ledger/state_machine.ts'
+import { metadataDueOf } from '../ledger/payout_rows.ts'
 // Through main.ts: the models are pointed at the app's tables as they load.
 import { Payout, PayoutEvent, Recipient, WebhookDelivery } from '../models/main.ts'
 
@@ -76,9 +77,7 @@ function moveTo(payout: Payout, position: FactoryPosition) {
  * reconciler reads it once.
  */
 function markMetadataDue(payout: Payout) {
-  const ended = isTerminal(payout.status) && payout.statusChangedAt ? payout.statusChangedAt : null
-  const read = ended && payout.providerMetadataAt && payout.providerMetadataAt >= ended
-  payout.providerMetadataDueAt = ended && !read ? ended : null
+  payout.providerMetadataDueAt = metadataDueOf(payout)
 }
 
 /**
