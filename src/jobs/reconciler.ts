@@ -177,7 +177,10 @@ export class Reconciler {
             }),
         })
         if (result.changed) summary.changed++
-        if (hadEnded && result.payout.providerMetadataDueAt) await this.#readAgainLater(payout)
+        // The row the read applied to (a payout read by its read id may have been merged).
+        if (hadEnded && result.payout.providerMetadataDueAt) {
+          await this.#readAgainLater(result.payout)
+        }
         if (await this.#reportIfStuck(result.payout)) summary.stuck++
       } catch (error) {
         if (!(error instanceof PayoutsApiError)) throw error
@@ -250,7 +253,7 @@ export class Reconciler {
    * payouts due now (a few that the service answers that way must not take every run's room
    * from those that ended after them).
    */
-  async #readAgainLater(payout: Payout) {
+  async #readAgainLater(payout: Pick<Payout, 'id'>) {
     const { db, connection } = this.#options
     await this.#payouts()
       .where('id', payout.id)

@@ -132,33 +132,38 @@ test.group(`Jobs | reconciliation of ended payouts (${TEST_DB})`, (group) => {
     assert.deepEqual(s.reads.slice(reads), [completed])
   })
 
-  test('a payout whose read is behind goes behind the others: a later one is read before it is read again', async ({
-    assert,
-    cleanup,
-  }) => {
-    const s = await setup(cleanup)
-    const lagging = await s.byWebhook('failed', 'converting', { minutes: 10 })
-    const next = await s.byWebhook('completed', 'delivered', { minutes: 5 })
-    // Heard from in that order (whole seconds apart on every store).
-    const heard = (id: string, ago: DurationLike) =>
-      Payout.query()
-        .where('payout_uuid', id)
-        .update({ last_observed_at: dbDate(s.db.connection(), DateTime.now().minus(ago)) })
-    await heard(lagging, { minutes: 10 })
-    await heard(next, { minutes: 5 })
-    // The service does not show the first one's end yet; the second's it does.
-    s.setAnswer((id) =>
-      id === lagging
-        ? { status: 'processing', step: 'converting' }
-        : { status: 'completed', step: 'delivered', providerMetadata: metadata('completed') }
-    )
-    // Room for one ended payout a run.
-    const run = () => s.reconciler({ batchSize: 1 }).run()
-    for (let i = 0; i < 3; i++) await run()
-    assert.deepEqual(s.reads, [lagging, next, lagging])
-    assert.deepEqual((await s.row(next)).providerMetadata, metadata('completed'))
-    assert.isNull((await s.row(lagging)).providerMetadata)
-  })
+  for (const [answer, lags] of [
+    ['is behind', () => ({ status: 'processing', step: 'converting' })],
+    ['is a 404', () => new PayoutsResponseError({ status: 404 })],
+  ] as const) {
+    test(`a payout whose read ${answer} goes behind the others: a later one is read before it is read again`, async ({
+      assert,
+      cleanup,
+    }) => {
+      const s = await setup(cleanup)
+      const lagging = await s.byWebhook('failed', 'converting', { minutes: 10 })
+      const next = await s.byWebhook('completed', 'delivered', { minutes: 5 })
+      // Heard from in that order (whole seconds apart on every store).
+      const heard = (id: string, ago: DurationLike) =>
+        Payout.query()
+          .where('payout_uuid', id)
+          .update({ last_observed_at: dbDate(s.db.connection(), DateTime.now().minus(ago)) })
+      await heard(lagging, { minutes: 10 })
+      await heard(next, { minutes: 5 })
+      // The service does not give the first one's end (yet); the second's it does.
+      s.setAnswer((id) =>
+        id === lagging
+          ? lags()
+          : { status: 'completed', step: 'delivered', providerMetadata: metadata('completed') }
+      )
+      // Room for one ended payout a run.
+      const run = () => s.reconciler({ batchSize: 1 }).run()
+      for (let i = 0; i < 3; i++) await run()
+      assert.deepEqual(s.reads, [lagging, next, lagging])
+      assert.deepEqual((await s.row(next)).providerMetadata, metadata('completed'))
+      assert.isNull((await s.row(lagging)).providerMetadata)
+    })
+  }
 
   test('a payout the service does not know (404) is tried once a run within the window, never after', async ({
     assert,
