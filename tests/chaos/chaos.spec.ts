@@ -40,6 +40,7 @@ import {
   type LogLine,
   type ParentMessage,
 } from './helpers.ts'
+import { TS_HOOKS } from '../helpers/ts_hooks.ts'
 
 /** 500 in CI (`npm run test:chaos`); small enough in `npm test` to stay well under 90 s. */
 const N = Number(process.env.CHAOS_N ?? 60)
@@ -104,7 +105,7 @@ class Host {
     const out = openSync(this.options.outputFile, 'a')
     this.child = spawn(
       process.execPath,
-      ['--import=@poppinss/ts-exec', '--enable-source-maps', 'tests/chaos/host_app.ts'],
+      [TS_HOOKS, '--enable-source-maps', 'tests/chaos/host_app.ts'],
       { env: this.options.env, stdio: ['ignore', out, out, 'ipc'] }
     )
     closeSync(out)

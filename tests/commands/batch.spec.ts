@@ -16,6 +16,7 @@ import { startHttpApp } from '../helpers/http_app.ts'
 import { startRecordingProxy } from '../helpers/recording_proxy.ts'
 import { scratchApp } from '../helpers/scratch_app.ts'
 import { jsonOf } from './helpers.ts'
+import { TS_HOOKS } from '../helpers/ts_hooks.ts'
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url))
 const BATCH = '/rfq/execute-batch'
@@ -803,20 +804,16 @@ function startCommand(
   options: object,
   args: string[]
 ) {
-  const child = spawn(
-    process.execPath,
-    ['--import=@poppinss/ts-exec', 'bin/console.ts', 'payouts:batch', ...args],
-    {
-      cwd: root,
-      env: {
-        ...process.env,
-        NODE_ENV: 'development',
-        APP_KEY: randomBytes(32).toString('base64url'),
-        BATCH_TEST: JSON.stringify(options),
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    }
-  )
+  const child = spawn(process.execPath, [TS_HOOKS, 'bin/console.ts', 'payouts:batch', ...args], {
+    cwd: root,
+    env: {
+      ...process.env,
+      NODE_ENV: 'development',
+      APP_KEY: randomBytes(32).toString('base64url'),
+      BATCH_TEST: JSON.stringify(options),
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
   let output = ''
   for (const stream of [child.stdout!, child.stderr!]) {
     stream.setEncoding('utf8')

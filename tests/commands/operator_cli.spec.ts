@@ -8,6 +8,7 @@ import { dbDate } from '../../src/database/dates.ts'
 import { startEmulator } from '../emulator/helpers.ts'
 import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { scratchApp } from '../helpers/scratch_app.ts'
+import { TS_HOOKS } from '../helpers/ts_hooks.ts'
 
 /**
  * `node ace payouts:*` as an operator runs it: a real child process of a scratch app, its
@@ -94,21 +95,17 @@ async function cliApp(cleanup: (fn: () => Promise<void>) => void) {
     const inherited = { ...process.env }
     delete inherited.FORCE_COLOR
     delete inherited.NO_COLOR
-    const child = spawn(
-      process.execPath,
-      ['--import=@poppinss/ts-exec', 'bin/console.ts', ...args],
-      {
-        cwd: root,
-        env: {
-          ...inherited,
-          NODE_ENV: 'development',
-          APP_KEY: randomBytes(32).toString('base64url'),
-          CLI_TEST: JSON.stringify(settings),
-          ...env,
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      }
-    )
+    const child = spawn(process.execPath, [TS_HOOKS, 'bin/console.ts', ...args], {
+      cwd: root,
+      env: {
+        ...inherited,
+        NODE_ENV: 'development',
+        APP_KEY: randomBytes(32).toString('base64url'),
+        CLI_TEST: JSON.stringify(settings),
+        ...env,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
     let stdout = ''
     let stderr = ''
     child.stdout.setEncoding('utf8').on('data', (chunk) => (stdout += chunk))

@@ -8,6 +8,7 @@ import { dbDate, fromDbDate } from '../../src/database/dates.ts'
 import { tableNames } from '../../src/database/schema.ts'
 import ExecutionIntent from '../../src/models/execution_intent.ts'
 import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { TS_HOOKS } from '../helpers/ts_hooks.ts'
 
 const HOUR = 3_600_000
 /** UTC+14 and UTC-11: a wall clock 25 hours apart, on the same day only for an hour. */
@@ -18,7 +19,7 @@ const PAGO_PAGO = 'Pacific/Pago_Pago'
 async function child(zone: string, role: 'peer' | 'prune', prefix: string, sqlite?: string) {
   const running = spawn(
     process.execPath,
-    ['--import=@poppinss/ts-exec', 'tests/database/fixtures/time_zone_child.ts'],
+    [TS_HOOKS, 'tests/database/fixtures/time_zone_child.ts'],
     {
       env: {
         ...process.env,

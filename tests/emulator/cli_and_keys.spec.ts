@@ -12,12 +12,13 @@ import {
   resolveEmulatorFlags,
 } from '../../src/emulator/cli_options.ts'
 import { api, execute, fiatBody, opened, startEmulator, waitFor } from './helpers.ts'
+import { TS_HOOKS } from '../helpers/ts_hooks.ts'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 
 /** The emulator's command line as a child process. */
 function spawnCli(args: string[]) {
-  return spawn(process.execPath, ['--import=@poppinss/ts-exec', 'src/emulator/cli.ts', ...args], {
+  return spawn(process.execPath, [TS_HOOKS, 'src/emulator/cli.ts', ...args], {
     cwd: ROOT,
   })
 }

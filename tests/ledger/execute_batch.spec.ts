@@ -17,6 +17,7 @@ import { IntentsDesk } from '../../src/service/intents_desk.ts'
 import { executeBodies, startEmulator, testClient } from '../emulator/helpers.ts'
 import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { startRecordingProxy } from '../helpers/recording_proxy.ts'
+import { TS_HOOKS } from '../helpers/ts_hooks.ts'
 
 const BATCH = '/rfq/execute-batch'
 
@@ -450,21 +451,17 @@ test.group(`Ledger | executeBatch (${TEST_DB})`, () => {
     // The service holds the first chunk long enough for the parent to kill the child.
     emu.admin.setFaults({ processingDelayMs: 800 })
     const sqlite = (connectionConfig('batch').connection as { filename?: string }).filename
-    const child = spawn(
-      process.execPath,
-      ['--import=@poppinss/ts-exec', 'tests/ledger/fixtures/crash_child.ts'],
-      {
-        env: {
-          ...process.env,
-          SVC_TEST_SQLITE: sqlite,
-          CRASH_PREFIX: prefix,
-          CRASH_API_KEY: emu.apiKey,
-          CRASH_BASE_URL: emu.baseUrl,
-          CRASH_ROWS: JSON.stringify(rows(250)),
-        },
-        stdio: ['ignore', 'pipe', 'inherit'],
-      }
-    )
+    const child = spawn(process.execPath, [TS_HOOKS, 'tests/ledger/fixtures/crash_child.ts'], {
+      env: {
+        ...process.env,
+        SVC_TEST_SQLITE: sqlite,
+        CRASH_PREFIX: prefix,
+        CRASH_API_KEY: emu.apiKey,
+        CRASH_BASE_URL: emu.baseUrl,
+        CRASH_ROWS: JSON.stringify(rows(250)),
+      },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    })
     let output = ''
     child.stdout.on('data', (chunk) => (output += chunk))
     const exited = new Promise<NodeJS.Signals | null>((resolve) =>

@@ -14,6 +14,7 @@ import { testClient, executeBodies, startEmulator } from '../emulator/helpers.ts
 import { TEST_API_KEY } from '../helpers/app.ts'
 import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { startScriptedServer } from '../helpers/scripted_server.ts'
+import { TS_HOOKS } from '../helpers/ts_hooks.ts'
 
 async function setup(
   cleanup: (fn: () => Promise<void>) => void,
@@ -252,21 +253,17 @@ test.group(`Ledger | executor (${TEST_DB})`, () => {
     const { emu, executor, body, prefix } = await setup(cleanup)
     emu.admin.setFaults({ processingDelayMs: 800 })
     const sqlite = (connectionConfig('executor').connection as { filename?: string }).filename
-    const child = spawn(
-      process.execPath,
-      ['--import=@poppinss/ts-exec', 'tests/ledger/fixtures/crash_child.ts'],
-      {
-        env: {
-          ...process.env,
-          SVC_TEST_SQLITE: sqlite,
-          CRASH_PREFIX: prefix,
-          CRASH_API_KEY: emu.apiKey,
-          CRASH_BASE_URL: emu.baseUrl,
-          CRASH_BODY: JSON.stringify(body),
-        },
-        stdio: ['ignore', 'pipe', 'inherit'],
-      }
-    )
+    const child = spawn(process.execPath, [TS_HOOKS, 'tests/ledger/fixtures/crash_child.ts'], {
+      env: {
+        ...process.env,
+        SVC_TEST_SQLITE: sqlite,
+        CRASH_PREFIX: prefix,
+        CRASH_API_KEY: emu.apiKey,
+        CRASH_BASE_URL: emu.baseUrl,
+        CRASH_BODY: JSON.stringify(body),
+      },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    })
     let output = ''
     child.stdout.on('data', (chunk) => (output += chunk))
     const exited = new Promise<NodeJS.Signals | null>((resolve) =>

@@ -14,21 +14,18 @@ import type {
 import type { FaultConfig } from '../../src/emulator/faults.ts'
 import type { PayoutStatus } from '../../src/schemas/common.ts'
 import { TEST_DB } from '../helpers/database.ts'
+import { TS_HOOKS } from '../helpers/ts_hooks.ts'
 
 /** Runs the fixture host app's own Japa suite (tests/fixtures/plugin_host) in a child process. */
 async function runHostSuite(env: Record<string, string> = {}) {
-  const child = spawn(
-    process.execPath,
-    ['--import=@poppinss/ts-exec', 'tests/fixtures/plugin_host/run.ts'],
-    {
-      env: {
-        ...process.env,
-        PLUGIN_HOST_PREFIX: `ph${Math.random().toString(36).slice(2, 7)}_`,
-        ...env,
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    }
-  )
+  const child = spawn(process.execPath, [TS_HOOKS, 'tests/fixtures/plugin_host/run.ts'], {
+    env: {
+      ...process.env,
+      PLUGIN_HOST_PREFIX: `ph${Math.random().toString(36).slice(2, 7)}_`,
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
   let output = ''
   child.stdout.on('data', (chunk) => (output += chunk))
   child.stderr.on('data', (chunk) => (output += chunk))

@@ -12,6 +12,7 @@ import { EventSource, request } from 'undici'
 import type { PayoutsService } from '../../src/service/payouts_service.ts'
 import { signPayload } from '../../src/signature/main.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
+import { TS_HOOKS } from '../helpers/ts_hooks.ts'
 
 export const SECRET = 'whsec_worker_suite'
 
@@ -130,7 +131,7 @@ export function spawnChild(
 ): Child {
   const child = spawn(
     process.execPath,
-    ['--import=@poppinss/ts-exec', '--enable-source-maps', `tests/worker/${script}`],
+    [TS_HOOKS, '--enable-source-maps', `tests/worker/${script}`],
     {
       env: { ...process.env, ...env, WORKER_TEST: JSON.stringify(options) },
       stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
