@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process'
 import { test } from '@japa/runner'
 import { DateTime } from 'luxon'
 import { PayoutsValidationError } from '../../src/client/main.ts'
@@ -15,9 +14,9 @@ import type { PayoutChange } from '../../src/ledger/vocabulary.ts'
 import { ExecutionIntent, Payout } from '../../src/models/main.ts'
 import { IntentsDesk } from '../../src/service/intents_desk.ts'
 import { executeBodies, startEmulator, testClient } from '../emulator/helpers.ts'
-import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { startRecordingProxy } from '../helpers/recording_proxy.ts'
-import { TS_HOOKS } from '../helpers/ts_hooks.ts'
+import { startCrashChild } from './fixtures/crash_parent.ts'
 
 const BATCH = '/rfq/execute-batch'
 
@@ -450,32 +449,21 @@ test.group(`Ledger | executeBatch (${TEST_DB})`, () => {
     const { emu, executor, prefix, rows, changes } = await setup(cleanup)
     // The service holds the first chunk long enough for the parent to kill the child.
     emu.admin.setFaults({ processingDelayMs: 800 })
-    const sqlite = (connectionConfig('batch').connection as { filename?: string }).filename
-    const child = spawn(process.execPath, [TS_HOOKS, 'tests/ledger/fixtures/crash_child.ts'], {
-      env: {
-        ...process.env,
-        SVC_TEST_SQLITE: sqlite,
-        CRASH_PREFIX: prefix,
-        CRASH_API_KEY: emu.apiKey,
-        CRASH_BASE_URL: emu.baseUrl,
-        CRASH_ROWS: JSON.stringify(rows(250)),
-      },
-      stdio: ['ignore', 'pipe', 'inherit'],
+    const { child, exited, output } = startCrashChild({
+      connection: 'batch',
+      prefix,
+      emu,
+      work: { CRASH_ROWS: JSON.stringify(rows(250)) },
     })
-    let output = ''
-    child.stdout.on('data', (chunk) => (output += chunk))
-    const exited = new Promise<NodeJS.Signals | null>((resolve) =>
-      child.on('exit', (_code, signal) => resolve(signal))
-    )
     // Killed once every chunk's intent is committed and the first request is held.
     const started = Date.now()
     while ((await ExecutionIntent.all()).length < 3 || emu.state.idempotency.size === 0) {
-      if (Date.now() - started > 20_000) throw new Error(`child never sent: ${output}`)
+      if (Date.now() - started > 20_000) throw new Error(`child never sent: ${output()}`)
       await new Promise((resolve) => setTimeout(resolve, 20))
     }
     child.kill('SIGKILL')
     assert.equal(await exited, 'SIGKILL')
-    assert.notInclude(output, 'finished')
+    assert.notInclude(output(), 'finished')
     assert.deepEqual(
       (await ExecutionIntent.query().orderBy('id')).map((i) => [i.state, i.attempts]),
       [

@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process'
 import { test } from '@japa/runner'
 import { DateTime } from 'luxon'
 import {
@@ -12,9 +11,9 @@ import type { PayoutChange } from '../../src/ledger/vocabulary.ts'
 import { EscrowDeposit, ExecutionIntent, Payout } from '../../src/models/main.ts'
 import { testClient, executeBodies, startEmulator } from '../emulator/helpers.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
-import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { startScriptedServer } from '../helpers/scripted_server.ts'
-import { TS_HOOKS } from '../helpers/ts_hooks.ts'
+import { startCrashChild } from './fixtures/crash_parent.ts'
 
 async function setup(
   cleanup: (fn: () => Promise<void>) => void,
@@ -252,32 +251,22 @@ test.group(`Ledger | executor (${TEST_DB})`, () => {
   }) => {
     const { emu, executor, body, prefix } = await setup(cleanup)
     emu.admin.setFaults({ processingDelayMs: 800 })
-    const sqlite = (connectionConfig('executor').connection as { filename?: string }).filename
-    const child = spawn(process.execPath, [TS_HOOKS, 'tests/ledger/fixtures/crash_child.ts'], {
-      env: {
-        ...process.env,
-        SVC_TEST_SQLITE: sqlite,
-        CRASH_PREFIX: prefix,
-        CRASH_API_KEY: emu.apiKey,
-        CRASH_BASE_URL: emu.baseUrl,
-        CRASH_BODY: JSON.stringify(body),
-      },
-      stdio: ['ignore', 'pipe', 'inherit'],
+    const { child, exited, output } = startCrashChild({
+      connection: 'executor',
+      prefix,
+      emu,
+      work: { CRASH_BODY: JSON.stringify(body) },
     })
-    let output = ''
-    child.stdout.on('data', (chunk) => (output += chunk))
-    const exited = new Promise<NodeJS.Signals | null>((resolve) =>
-      child.on('exit', (_code, signal) => resolve(signal))
-    )
     // Kill it once the intent is committed and the request is held by the service.
     const started = Date.now()
     while (!(await ExecutionIntent.first()) || emu.state.idempotency.size === 0) {
-      if (Date.now() - started > 20_000) throw new Error(`child never sent the request: ${output}`)
+      if (Date.now() - started > 20_000)
+        throw new Error(`child never sent the request: ${output()}`)
       await new Promise((resolve) => setTimeout(resolve, 20))
     }
     child.kill('SIGKILL')
     assert.equal(await exited, 'SIGKILL')
-    assert.notInclude(output, 'finished')
+    assert.notInclude(output(), 'finished')
     const intent = await ExecutionIntent.firstOrFail()
     assert.equal(intent.state, 'pending', 'the response was never stored')
     assert.lengthOf(await Payout.all(), 0)
