@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs'
+import { mkdirSync, statfsSync } from 'node:fs'
 import { readdir, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -44,8 +44,31 @@ export function createAllPayoutsTables(schema: any, prefix?: string) {
 export const TEST_DB: 'pg' | 'mysql' | 'sqlite' =
   process.env.TEST_DB === 'pg' ? 'pg' : process.env.TEST_DB === 'mysql' ? 'mysql' : 'sqlite'
 
-/** SQLite files of this run. Not under tests/tmp: @japa/file-system empties it after each test. */
-export const SQLITE_FOLDER = join(tmpdir(), 'svc-payouts-tests')
+/**
+ * SQLite files of this run. Not under tests/tmp: @japa/file-system empties it after each test.
+ * In memory (/dev/shm) where the system has one with room to spare, else in the temporary
+ * folder; TEST_SQLITE_DIR chooses another. A SQLite COMMIT waits for its fsyncs, and on a
+ * virtual disk they were about 40 % of the SQLite suites' time (ledger, inbox and pruning:
+ * 17 s on disk, 10 s in memory). The files, their locks between processes and WAL's shared
+ * memory are the same; only the fsyncs cost nothing, which no test can observe short of the
+ * machine losing power.
+ */
+export const SQLITE_FOLDER = process.env.TEST_SQLITE_DIR ?? join(fastFolder(), 'svc-payouts-tests')
+
+/** /dev/shm when it exists with 1 GB free (a container's is often 64 MB), else the temporary folder. */
+function fastFolder(): string {
+  try {
+    const { bavail, bsize } = statfsSync('/dev/shm')
+    if (bavail * bsize >= 1024 ** 3) return '/dev/shm'
+  } catch {}
+  return tmpdir()
+}
+
+/** A SQLite file of this run named `name`, in SQLITE_FOLDER (made if need be). */
+export function sqlitePath(name: string): string {
+  mkdirSync(SQLITE_FOLDER, { recursive: true })
+  return join(SQLITE_FOLDER, name)
+}
 
 /** Removes this process's SQLite files (the runner's teardown). */
 export async function removeSqliteFiles() {

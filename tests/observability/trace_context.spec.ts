@@ -18,7 +18,7 @@ import { partsOf } from '../../src/service/payouts_service.ts'
 import { channels, traced } from '../../src/tracing/channels.ts'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
 import { readLog, waitFor } from '../chaos/helpers.ts'
-import { connectionConfig, setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { connectionConfig, setupDatabase, sqlitePath, TEST_DB } from '../helpers/database.ts'
 import { startHttpApp, type HttpApp } from '../helpers/http_app.ts'
 import type { SpanLine } from '../worker/child_otel.ts'
 import { postEvent, SECRET, spawnChild } from '../worker/helpers.ts'
@@ -164,7 +164,7 @@ test.group(`Observability | trace context across the inbox and the intents (${TE
     cleanup,
   }) => {
     const stamp = `${process.pid}-${Date.now()}`
-    const sqliteFile = join(tmpdir(), `svc-payouts-trace-${stamp}.sqlite`)
+    const sqliteFile = sqlitePath(`svc-payouts-trace-${stamp}.sqlite`)
     const spansFile = join(tmpdir(), `svc-payouts-trace-spans-${stamp}.jsonl`)
     // Registered first, so it runs last: after the worker is gone and the tables dropped.
     cleanup(async () => {

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import { test } from '@japa/runner'
 import { PayoutEvent, WebhookDelivery } from '../../src/models/main.ts'
 import { openDatabase, readLog, waitFor } from '../chaos/helpers.ts'
-import { TEST_DB } from '../helpers/database.ts'
+import { sqlitePath, TEST_DB } from '../helpers/database.ts'
 import { postDeliveries, spawnChild, type ChildOptions } from './helpers.ts'
 
 /**
@@ -23,7 +23,7 @@ interface EventLine {
 
 async function setup(cleanup: (fn: () => Promise<void>) => void, count: number) {
   const stamp = `${process.pid}-${Date.now()}`
-  const sqliteFile = join(tmpdir(), `svc-payouts-notify-${stamp}.sqlite`)
+  const sqliteFile = sqlitePath(`svc-payouts-notify-${stamp}.sqlite`)
   const eventsFile = join(tmpdir(), `svc-payouts-notify-events-${stamp}.jsonl`)
   cleanup(async () => {
     await Promise.all([sqliteFile, eventsFile].map((file) => rm(file, { force: true })))

@@ -8,7 +8,7 @@ import { PayoutEvent } from '../../src/models/main.ts'
 import { BroadcastRelay } from '../../src/service/broadcast_relay.ts'
 import { openDatabase, readLog, sleep, waitFor } from '../chaos/helpers.ts'
 import { BASE_URL } from '../helpers/app.ts'
-import { connectionConfig, TEST_DB } from '../helpers/database.ts'
+import { connectionConfig, sqlitePath, TEST_DB } from '../helpers/database.ts'
 import { serveHostApp } from '../helpers/host_app.ts'
 import { listen, payoutsConfig, postEvent, spawnChild, type ChildOptions } from './helpers.ts'
 import { partsOf } from '../../src/service/payouts_service.ts'
@@ -25,7 +25,7 @@ type Cleanup = (fn: () => Promise<void>) => void
 
 async function setup(cleanup: Cleanup, extra: Partial<ChildOptions> = {}) {
   const stamp = `${process.pid}-${Date.now()}`
-  const sqliteFile = join(tmpdir(), `svc-payouts-relay-${stamp}.sqlite`)
+  const sqliteFile = sqlitePath(`svc-payouts-relay-${stamp}.sqlite`)
   const eventsFile = join(tmpdir(), `svc-payouts-relay-events-${stamp}.jsonl`)
   cleanup(async () => {
     await Promise.all([sqliteFile, eventsFile].map((file) => rm(file, { force: true })))

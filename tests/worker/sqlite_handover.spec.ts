@@ -1,11 +1,9 @@
 import { randomUUID } from 'node:crypto'
 import { rm } from 'node:fs/promises'
-import { join } from 'node:path'
-import { tmpdir } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { test } from '@japa/runner'
 import { openDatabase, waitFor } from '../chaos/helpers.ts'
-import { TEST_DB } from '../helpers/database.ts'
+import { sqlitePath, TEST_DB } from '../helpers/database.ts'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
 import { spawnChild } from './helpers.ts'
 
@@ -41,7 +39,7 @@ function delivery() {
 
 test.group('Worker | SQLite: the worker leaves the write lock to the web process', () => {
   test('an insert waits for one short batch, not for the backlog', async ({ assert, cleanup }) => {
-    const sqliteFile = join(tmpdir(), `svc-payouts-handover-${process.pid}-${Date.now()}.sqlite`)
+    const sqliteFile = sqlitePath(`svc-payouts-handover-${process.pid}-${Date.now()}.sqlite`)
     cleanup(async () => {
       await Promise.all(
         ['', '-wal', '-shm'].map((suffix) => rm(sqliteFile + suffix, { force: true }))

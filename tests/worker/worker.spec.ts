@@ -6,7 +6,7 @@ import { Payout, PayoutEvent, WebhookDelivery } from '../../src/models/main.ts'
 import { openDatabase, readLog, waitFor } from '../chaos/helpers.ts'
 import { fiatBody, startEmulator } from '../emulator/helpers.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
-import { TEST_DB } from '../helpers/database.ts'
+import { sqlitePath, TEST_DB } from '../helpers/database.ts'
 import { batchLines, postDeliveries, spawnChild, type ChildOptions } from './helpers.ts'
 
 /**
@@ -16,7 +16,7 @@ import { batchLines, postDeliveries, spawnChild, type ChildOptions } from './hel
  */
 
 async function setup(cleanup: (fn: () => Promise<void>) => void, batchSize: number) {
-  const sqliteFile = join(tmpdir(), `svc-payouts-worker-${process.pid}-${Date.now()}.sqlite`)
+  const sqliteFile = sqlitePath(`svc-payouts-worker-${process.pid}-${Date.now()}.sqlite`)
   const eventsFile = join(tmpdir(), `svc-payouts-worker-events-${process.pid}-${Date.now()}.jsonl`)
   // Registered first, so it runs last: after the tables are dropped and the children gone.
   cleanup(async () => {
