@@ -1,6 +1,5 @@
 import { copyFileSync, rmSync } from 'node:fs'
 import { createRequire } from 'node:module'
-import { join } from 'node:path'
 import { test } from '@japa/runner'
 import {
   SqliteCheckpointer,
@@ -9,7 +8,7 @@ import {
   runningCheckpointers,
 } from '../../src/database/sqlite_checkpointer.ts'
 import { partsOf } from '../../src/service/payouts_service.ts'
-import { connectionConfig, setupDatabase, SQLITE_FOLDER, TEST_DB } from '../helpers/database.ts'
+import { connectionConfig, setupDatabase, sqlitePath, TEST_DB } from '../helpers/database.ts'
 import { serveHostApp } from '../helpers/host_app.ts'
 
 /** The driver the app's connection uses, opened here on a copy of its file. */
@@ -22,7 +21,7 @@ function sqliteConnection(name: string, wal: boolean) {
   const base = connectionConfig(name) as {
     connection: { filename: string }
   } & Record<string, unknown>
-  const filename = join(SQLITE_FOLDER, `${name}-${process.pid}.sqlite`)
+  const filename = sqlitePath(`${name}-${process.pid}.sqlite`)
   for (const suffix of ['', '-wal', '-shm']) rmSync(filename + suffix, { force: true })
   return {
     filename,
@@ -117,7 +116,7 @@ if (TEST_DB === 'sqlite') {
       assert,
     }) => {
       const errors: string[] = []
-      const missing = join(SQLITE_FOLDER, `ckpt_missing-${process.pid}.sqlite`)
+      const missing = sqlitePath(`ckpt_missing-${process.pid}.sqlite`)
       rmSync(missing, { force: true })
       const checkpointer = SqliteCheckpointer.start(missing, {
         intervalMs: 20,

@@ -104,11 +104,10 @@ export function connectionConfig(name = 'test') {
       pool: { min: 0, max: 25 },
     }
   }
-  mkdirSync(SQLITE_FOLDER, { recursive: true })
   return {
     client: 'better-sqlite3' as const,
     connection: {
-      filename: process.env.SVC_TEST_SQLITE ?? join(SQLITE_FOLDER, `${name}-${process.pid}.sqlite`),
+      filename: process.env.SVC_TEST_SQLITE ?? sqlitePath(`${name}-${process.pid}.sqlite`),
     },
     useNullAsDefault: true,
   }
