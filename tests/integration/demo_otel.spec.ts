@@ -100,11 +100,15 @@ test.group('Demo | OpenTelemetry', () => {
     const row = rows.find((candidate) => candidate.payoutUuid === payoutId)
     assert.equal(row?.status, 'completed')
 
-    // The worker: what it applied (its last change counted once the change was told).
+    // The worker: what it applied (its last change counted once the change was told), and
+    // its backlog gauge, which reports the last sample (one every 15 s at most): a sample
+    // taken before the last delivery was applied reads 1 until the next one.
     const worker = await until(
       () => scrape(demo.workerMetricsUrl),
       ({ samples: all }) =>
-        sum(all, 'payouts_payout_transitions_total', { payouts_status: 'completed' }) === 1
+        sum(all, 'payouts_payout_transitions_total', { payouts_status: 'completed' }) === 1 &&
+        sum(all, 'payouts_inbox_backlog') === 0,
+      60_000
     )
     assert.equal(worker.response.status, 200)
     assert.match(worker.response.headers.get('content-type')!, /^text\/plain/)
