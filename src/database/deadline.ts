@@ -2,7 +2,8 @@ import type { QueryClientContract, TransactionClientContract } from '@adonisjs/l
 import { E_PAYOUTS_COMMIT_UNCONFIRMED } from '../errors.ts'
 import { safeCause, safeError } from '../safe_error.ts'
 import { withDeadline } from '../time_bounds.ts'
-import { beginWriting, locksRows, transactionOptions } from './dialects.ts'
+import debug from '../debug.ts'
+import { beginWriting, isDeadlock, locksRows, transactionOptions } from './dialects.ts'
 
 /**
  * Knex's own statement timeout, when `ms` > 0: a statement past it fails, and its
@@ -27,6 +28,50 @@ export function dropIdleConnections(client: QueryClientContract, reason: Error) 
   const free: Array<{ resource?: Record<string, unknown> }> =
     (client.getWriteClient() as any)?.client?.pool?.free ?? []
   for (const idle of free) if (idle.resource) idle.resource.__knex__disposed = reason
+}
+
+/**
+ * How many times in all a transaction is run while the database picks it as a deadlock's
+ * victim (`retryingDeadlocks`): InnoDB's own advice is to issue such a transaction again.
+ */
+export const DEADLOCK_ATTEMPTS = 3
+
+/**
+ * Whether the database rolled the transaction back as a deadlock's victim: at one of its
+ * statements, or at its COMMIT (then rolled back for certain too).
+ */
+export function rolledBackByDeadlock(error: unknown): boolean {
+  return (
+    isDeadlock(error) || (error instanceof E_PAYOUTS_COMMIT_UNCONFIRMED && isDeadlock(error.cause))
+  )
+}
+
+/**
+ * Runs `transaction` (one statement, or one transaction of its own) again when the database
+ * rolled it back as a deadlock's victim, up to `DEADLOCK_ATTEMPTS` times in all: nothing of
+ * it was stored, so another run does exactly what the first would have. InnoDB picks such
+ * victims among instances writing the same rows side by side (PostgreSQL among those that
+ * wait on each other); failing instead would fail a webhook, or an execute whose payout the
+ * service made. Not inside a caller's transaction (`client.isTransaction`, a host test's
+ * global one): the deadlock rolled back (MySQL) or aborted (PostgreSQL) that one too, and
+ * running it again is the caller's work; nor once `again()` says no (a bound was reached).
+ */
+export async function retryingDeadlocks<T>(
+  client: QueryClientContract,
+  what: string,
+  transaction: () => Promise<T>,
+  options: { again?: () => boolean; attempts?: number } = {}
+): Promise<T> {
+  const attempts = options.attempts ?? DEADLOCK_ATTEMPTS
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await transaction()
+    } catch (error) {
+      const again = attempt < attempts && !client.isTransaction && (options.again?.() ?? true)
+      if (!again || !rolledBackByDeadlock(error)) throw error
+      debug('%s: a deadlock rolled it back, attempt %d', what, attempt + 1)
+    }
+  }
 }
 
 /** A transaction's work. */

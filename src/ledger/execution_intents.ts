@@ -1,12 +1,42 @@
 import { withDeadline } from '../time_bounds.ts'
-import { boundedTransaction, withStatementTimeout } from '../database/deadline.ts'
+import {
+  boundedTransaction,
+  retryingDeadlocks,
+  withStatementTimeout,
+} from '../database/deadline.ts'
 import type { Database } from '@adonisjs/lucid/database'
-import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
+import type { QueryClientContract, TransactionClientContract } from '@adonisjs/lucid/types/database'
 import type { DateTime } from 'luxon'
 import { dbDate } from '../database/dates.ts'
 import { affectedRows } from '../database/dialects.ts'
 import { channels, traced } from '../tracing/channels.ts'
 import ExecutionIntent, { type IntentState } from '../models/execution_intent.ts'
+
+/**
+ * `store`, a transaction that saves `intent` with the service's answer, run again while the
+ * database rolls it back as a deadlock's victim (`retryingDeadlocks`). A run rolled back at
+ * its COMMIT had saved the intent already: each run starts from what the row held before, so
+ * it writes the intent again, and a failed store leaves the intent out of its transaction.
+ */
+export async function storedWithRetries<T>(
+  client: QueryClientContract,
+  intent: ExecutionIntent,
+  what: string,
+  store: () => Promise<T>
+): Promise<T> {
+  // Lucid's own copy, replaced (never changed in place) when a save succeeds.
+  const before = { ...intent.$original }
+  try {
+    return await retryingDeadlocks(client, what, () => {
+      intent.$original = { ...before }
+      return store()
+    })
+  } catch (error) {
+    intent.$original = { ...before }
+    intent.$trx = undefined
+    throw error
+  }
+}
 
 /** What one recovery pass did with the intents it found. */
 export interface RecoverySummary {

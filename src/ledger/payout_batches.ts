@@ -25,7 +25,7 @@ import {
   parseStoredAnswer,
   storedAnswer,
 } from './execute_answers.ts'
-import { mayHaveLeft, type ExecutionIntents } from './execution_intents.ts'
+import { mayHaveLeft, storedWithRetries, type ExecutionIntents } from './execution_intents.ts'
 import type { AppliedInTransaction, PayoutLedger } from './payout_ledger.ts'
 import { safeCause, safeError } from '../safe_error.ts'
 
@@ -397,49 +397,53 @@ export class PayoutBatches {
    * Stores a chunk's answer in one bounded transaction: a ledger row per payout made (source
    * `execute`, `recovery` after more than one attempt), the escrow rows of stablecoin ones,
    * and the intent `succeeded` with every row's answer. Returns once the payouts' changes were
-   * told (`payouts:created` for each). A store that fails leaves the chunk to recovery, which
-   * asks again under its key and stores what the service answers again.
+   * told (`payouts:created` for each). A deadlock's victim is run again (see the executor's
+   * store); a store that fails leaves the chunk to recovery, which asks again under its key
+   * and stores what the service answers again.
    */
   async store(intent: ExecutionIntent, answer: ChunkRowAnswer[]): Promise<BatchRowOutcome[]> {
     const { ledger } = this.options
     const items = itemsOf(intent)
     const made = answer.filter((row) => row.success)
     const source = intent.attempts > 1 ? 'recovery' : 'execute'
+    const client = this.options.db.connection(this.options.connection)
     let stored: AppliedInTransaction | undefined
-    await boundedTransaction(
-      this.options.db.connection(this.options.connection),
-      {
-        timeoutMs: this.options.transactionTimeoutMs,
-        what: 'execute batch store',
-        writes: PayoutModel.table,
-      },
-      async (trx) => {
-        if (made.length > 0) {
-          stored = await ledger.applyBatchInTransaction(
-            trx,
-            made.map((row) =>
-              executeObservation(items[row.index], row.result, intent.ownerId, source)
+    await storedWithRetries(client, intent, 'execute batch store', () =>
+      boundedTransaction(
+        client,
+        {
+          timeoutMs: this.options.transactionTimeoutMs,
+          what: 'execute batch store',
+          writes: PayoutModel.table,
+        },
+        async (trx) => {
+          stored = undefined
+          if (made.length > 0) {
+            stored = await ledger.applyBatchInTransaction(
+              trx,
+              made.map((row) =>
+                executeObservation(items[row.index], row.result, intent.ownerId, source)
+              )
             )
-          )
+          }
+          for (const row of made) {
+            if (row.result.flow === 'stablecoin_to_fiat')
+              await createEscrowDeposit(trx, row.result, ledger.account)
+          }
+          intent.useTransaction(trx)
+          intent.state = 'succeeded'
+          intent.response = {
+            results: answer.map((row) =>
+              row.success
+                ? { index: row.index, success: true, data: storedAnswer(row.result) }
+                : { index: row.index, success: false, code: row.code, message: row.message }
+            ),
+          } satisfies StoredChunkAnswer
+          intent.error = null
+          await intent.save()
         }
-        for (const row of made) {
-          if (row.result.flow === 'stablecoin_to_fiat')
-            await createEscrowDeposit(trx, row.result, ledger.account)
-        }
-        intent.useTransaction(trx)
-        intent.state = 'succeeded'
-        intent.response = {
-          results: answer.map((row) =>
-            row.success
-              ? { index: row.index, success: true, data: storedAnswer(row.result) }
-              : { index: row.index, success: false, code: row.code, message: row.message }
-          ),
-        } satisfies StoredChunkAnswer
-        intent.error = null
-        await intent.save()
-      }
+      )
     ).catch((error) => {
-      intent.$trx = undefined
       throw new E_PAYOUTS_EXECUTE_NOT_STORED('the payouts the service made', {
         outcomeUnknown: true,
         intentId: intent.id,

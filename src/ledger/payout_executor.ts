@@ -36,7 +36,12 @@ import {
   parseStoredAnswer,
   storedAnswer,
 } from './execute_answers.ts'
-import { ExecutionIntents, mayHaveLeft, type RecoverySummary } from './execution_intents.ts'
+import {
+  ExecutionIntents,
+  mayHaveLeft,
+  storedWithRetries,
+  type RecoverySummary,
+} from './execution_intents.ts'
 import {
   isBatchIntent,
   planBatch,
@@ -493,40 +498,47 @@ export class PayoutExecutor {
     return store(answer)
   }
 
-  /** Stores the response, the payout and (stablecoin) the escrow row in one transaction. */
+  /**
+   * Stores the response, the payout and (stablecoin) the escrow row in one transaction, run
+   * again when the database rolls it back as a deadlock's victim: the service made the
+   * payout, and InnoDB may pick this transaction as the victim beside an instance applying
+   * the payout's first webhook. Failing then would answer 503 for a payout that exists.
+   */
   async #store(intent: ExecutionIntent, result: ExecuteResult): Promise<ExecutedPayout> {
     const { ledger } = this.#options
+    const client = this.#options.db.connection(this.#options.connection)
     let stored: AppliedInTransaction | undefined
-    // Bounded: a store that stalls fails this call, and the intent stays for recovery to
-    // re-send with its key (the service answers the original payout again).
-    const payout = await boundedTransaction(
-      this.#options.db.connection(this.#options.connection),
-      {
-        timeoutMs: this.#options.transactionTimeoutMs,
-        what: 'execute store',
-        writes: PayoutModel.table,
-      },
-      async (trx) => {
-        stored = await ledger.applyBatchInTransaction(trx, [
-          executeObservation(
-            intent.requestBody,
-            result,
-            intent.ownerId,
-            intent.attempts > 1 ? 'recovery' : 'execute'
-          ),
-        ])
-        if (result.flow === 'stablecoin_to_fiat')
-          await createEscrowDeposit(trx, result, ledger.account)
-        intent.useTransaction(trx)
-        intent.state = 'succeeded'
-        intent.payoutUuid = result.payoutId
-        intent.response = storedAnswer(result)
-        intent.error = null
-        await intent.save()
-        return stored.results[0].payout
-      }
+    const payout = await storedWithRetries(client, intent, 'execute store', () =>
+      // Bounded: a store that stalls fails this call, and the intent stays for recovery to
+      // re-send with its key (the service answers the original payout again).
+      boundedTransaction(
+        client,
+        {
+          timeoutMs: this.#options.transactionTimeoutMs,
+          what: 'execute store',
+          writes: PayoutModel.table,
+        },
+        async (trx) => {
+          stored = await ledger.applyBatchInTransaction(trx, [
+            executeObservation(
+              intent.requestBody,
+              result,
+              intent.ownerId,
+              intent.attempts > 1 ? 'recovery' : 'execute'
+            ),
+          ])
+          if (result.flow === 'stablecoin_to_fiat')
+            await createEscrowDeposit(trx, result, ledger.account)
+          intent.useTransaction(trx)
+          intent.state = 'succeeded'
+          intent.payoutUuid = result.payoutId
+          intent.response = storedAnswer(result)
+          intent.error = null
+          await intent.save()
+          return stored.results[0].payout
+        }
+      )
     ).catch((error) => {
-      intent.$trx = undefined
       throw new E_PAYOUTS_EXECUTE_NOT_STORED('the payout the service made', {
         outcomeUnknown: true,
         intentId: intent.id,

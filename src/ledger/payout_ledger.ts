@@ -3,9 +3,7 @@ import type { Logger } from '@adonisjs/core/logger'
 import type { Database } from '@adonisjs/lucid/database'
 import type { TransactionClientContract } from '@adonisjs/lucid/types/database'
 import { DEFAULT_ACCOUNT } from '../constants.ts'
-import { E_PAYOUTS_COMMIT_UNCONFIRMED } from '../errors.ts'
-import { boundedTransaction, commitConfirmed } from '../database/deadline.ts'
-import { isDeadlock } from '../database/dialects.ts'
+import { boundedTransaction, commitConfirmed, retryingDeadlocks } from '../database/deadline.ts'
 import debug from '../debug.ts'
 import Payout from '../models/payout.ts'
 import { PayoutApplier } from './payout_applier.ts'
@@ -20,9 +18,6 @@ import type { AppliedBatch, ApplyResult, PayoutObservation } from './vocabulary.
 import { safeError } from '../safe_error.ts'
 
 export type { ChangeListener } from './payout_outbox.ts'
-
-/** Runs of one batch when the database picks it as a deadlock's victim (see `applyBatch`). */
-const DEADLOCK_ATTEMPTS = 3
 
 /** How a ledger is bound: its connection, its time bounds, and who is told of its commits. */
 export interface PayoutLedgerOptions {
@@ -130,24 +125,16 @@ export class PayoutLedger {
     return batch.results
   }
 
-  async #applyRetryingDeadlocks(observations: PayoutObservation[]) {
+  #applyRetryingDeadlocks(observations: PayoutObservation[]) {
     const { connection, transactionTimeoutMs = 0 } = this.#options
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await boundedTransaction(
-          this.#db.connection(connection),
-          { timeoutMs: transactionTimeoutMs, what: 'ledger transaction', writes: Payout.table },
-          (trx) => this.applyBatchInTransaction(trx, observations)
-        )
-      } catch (error) {
-        // A deadlock's victim at COMMIT was rolled back for certain: run again too.
-        const deadlock =
-          isDeadlock(error) ||
-          (error instanceof E_PAYOUTS_COMMIT_UNCONFIRMED && isDeadlock(error.cause))
-        if (!deadlock || attempt >= DEADLOCK_ATTEMPTS) throw error
-        debug('ledger: a deadlock rolled the batch back, attempt %d', attempt + 1)
-      }
-    }
+    const client = this.#db.connection(connection)
+    return retryingDeadlocks(client, 'ledger transaction', () =>
+      boundedTransaction(
+        client,
+        { timeoutMs: transactionTimeoutMs, what: 'ledger transaction', writes: Payout.table },
+        (trx) => this.applyBatchInTransaction(trx, observations)
+      )
+    )
   }
 
   /**

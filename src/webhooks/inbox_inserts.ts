@@ -1,13 +1,13 @@
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
-import debug from '../debug.ts'
-import { E_PAYOUTS_COMMIT_UNCONFIRMED } from '../errors.ts'
-import { isDeadlock, skipsLockedRows } from '../database/dialects.ts'
+import { skipsLockedRows } from '../database/dialects.ts'
 import { dbDate } from '../database/dates.ts'
 import { withDeadline } from '../time_bounds.ts'
 import { traceParentOrNull } from '../tracing/trace_parent.ts'
 import {
   boundedTransaction,
+  DEADLOCK_ATTEMPTS,
   dropIdleConnections,
+  retryingDeadlocks,
   withStatementTimeout,
 } from '../database/deadline.ts'
 import {
@@ -24,11 +24,8 @@ interface PendingInsert {
   reject: (error: unknown) => void
 }
 
-/**
- * How many times in all an insert is run while the database picks it as a deadlock's victim
- * (see `#retryingDeadlocks`): InnoDB's own advice is to issue such a transaction again.
- */
-export const INSERT_DEADLOCK_ATTEMPTS = 3
+/** How many times in all an insert is run while the database picks it as a deadlock's victim. */
+export const INSERT_DEADLOCK_ATTEMPTS = DEADLOCK_ATTEMPTS
 
 /** Unique-violation codes of SQLite, PostgreSQL and MySQL/MariaDB. */
 function isUniqueViolation(error: unknown): boolean {
@@ -123,34 +120,18 @@ export class InboxInserts {
   }
 
   /**
-   * Runs `insert` (one statement, or one transaction) again when the database rolled it back
-   * as a deadlock's victim, up to `INSERT_DEADLOCK_ATTEMPTS` times in all: nothing of it was
-   * stored, so another run answers exactly what the first would have. At 500 deliveries/s
-   * InnoDB picks such victims among instances inserting side by side (and PostgreSQL between
-   * two inserting the same ids); failing the batch instead would answer each of its
-   * deliveries 503. Not once its waiters were failed at the bound (`expired`), nor inside a
-   * caller's transaction (a host test's global one): the deadlock rolled back (MySQL) or
-   * aborted (PostgreSQL) that transaction too, and running it again is the caller's work.
+   * `insert` run again while the database rolls it back as a deadlock's victim (at 500
+   * deliveries/s InnoDB picks such victims among instances inserting side by side, and
+   * PostgreSQL between two inserting the same ids; failing the batch instead would answer
+   * each of its deliveries 503), but not once its waiters were failed at the bound
+   * (`expired`).
    */
-  async #retryingDeadlocks<T>(
+  #retryingDeadlocks<T>(
     client: QueryClientContract,
     expired: AbortSignal,
     insert: () => Promise<T>
   ): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await insert()
-      } catch (error) {
-        // A deadlock's victim at COMMIT was rolled back for certain: run again too.
-        const deadlock =
-          isDeadlock(error) ||
-          (error instanceof E_PAYOUTS_COMMIT_UNCONFIRMED && isDeadlock(error.cause))
-        const again =
-          attempt < INSERT_DEADLOCK_ATTEMPTS && !expired.aborted && !client.isTransaction
-        if (!deadlock || !again) throw error
-        debug('inbox: a deadlock rolled the insert back, attempt %d', attempt + 1)
-      }
-    }
+    return retryingDeadlocks(client, 'inbox insert', insert, { again: () => !expired.aborted })
   }
 
   /** A statement of the route's insert, under the route's bound. */
