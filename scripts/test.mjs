@@ -135,7 +135,7 @@ async function runAll() {
     }
     if (!result.counts) broken.push(`${result.name}: no Japa summary`)
     else for (const key of Object.keys(total)) total[key] += result.counts[key]
-    if (result.code !== 0) broken.push(`${result.name}: exit code ${result.code}`)
+    if (result.code !== 0) broken.push(`${result.name}: exit code ${result.code}`, ...(result.failures ?? []))
   }
   const parts = [`${total.passed} passed`]
   for (const key of ['failed', 'skipped', 'todo']) if (total[key]) parts.push(`${total[key]} ${key}`)
@@ -166,7 +166,27 @@ async function runUnit(unit, id, folder) {
   const seconds = Math.round((Date.now() - startedAt) / 1000)
   say(`${name}: ${code === 0 ? 'passed' : `failed (${signal ?? `exit code ${code}`})`}, ended at ${seconds} s`)
   process.stdout.write(text)
-  return { name, code, counts: countsOf(text) }
+  return { name, code, counts: countsOf(text), failures: code === 0 ? [] : failuresOf(text) }
+}
+
+/**
+ * The failed tests of a unit's output and their errors' first lines, repeated under the run's
+ * summary: a log cut to its ends (CI's) still says what failed.
+ */
+function failuresOf(text) {
+  const lines = text.replace(/\x1b\[[0-9;]*m/g, '').split('\n')
+  const found = []
+  let errors = false
+  for (const line of lines) {
+    const trimmed = line.trim()
+    // Japa's ERRORS section: `❯ Group / test`, then `ℹ AssertionError: message`.
+    if (trimmed === 'ERRORS') errors = true
+    else if (errors && (/^❯ [^┃]+ \/ /.test(trimmed) || /^ℹ \w*Error\b/.test(trimmed))) {
+      found.push(`  ${trimmed.slice(0, 400)}`)
+    }
+    if (found.length === 12) break
+  }
+  return found
 }
 
 /** Builds the package and installs it into examples/demo (scripts/demo_runner.ts), once. */
