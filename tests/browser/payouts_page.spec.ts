@@ -1,8 +1,10 @@
 import { existsSync, mkdirSync } from 'node:fs'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { test } from '@japa/runner'
 import { DatabaseSync } from 'node:sqlite'
 import { chromium, type Browser, type Locator, type Page } from 'playwright-core'
 import { DEMO_ROOT, freePort, startDemo, type RunningDemo } from '../../scripts/demo_runner.ts'
+import { listen } from '../worker/helpers.ts'
 
 /**
  * The demo page in headless Chromium: it shows the health report, and a payout executed
@@ -125,6 +127,7 @@ test.group('Browser | demo page', (group) => {
 
   test('the page shows the health report and what each flow returned; payouts reach completed without a reload; the stream state follows a drop; it fits a phone', async ({
     assert,
+    cleanup,
   }) => {
     assert.isTrue(existsSync(CHROMIUM), `Chromium is required at ${CHROMIUM} (.ci/run installs it)`)
     const page = await browser.newPage({ viewport: { width: 1200, height: 900 } })
@@ -290,14 +293,30 @@ test.group('Browser | demo page', (group) => {
       .locator(`[data-testid=payout][data-payout-id="${stable.id}"][data-status=completed]`)
       .waitFor({ timeout: 45_000 })
 
-    // No polling: idle, the page reads the list only when Transmit says something changed.
-    const listReads: string[] = []
+    // No polling: the page reads the list only when Transmit says something changed. A
+    // subscriber of the test's own on the page's channel hears what the page hears: over 5 s,
+    // every read of the list follows one of those messages (a worker may still apply a late
+    // change, such as a detail read, which the page rightly reads). A timer's reads follow none.
+    const heard = await listen(cleanup, demo.url, 'payouts/owners/demo-tenant')
+    await sleep(1000)
+    const listReads: number[] = []
     page.on('request', (request) => {
       const url = new URL(request.url())
-      if (request.method() === 'GET' && url.pathname === '/api/payouts') listReads.push(url.href)
+      if (request.method() === 'GET' && url.pathname === '/api/payouts') listReads.push(Date.now())
     })
-    await new Promise((resolve) => setTimeout(resolve, 5000))
-    assert.deepEqual(listReads, [], 'the page does not poll /api/payouts')
+    const watched = Date.now()
+    await sleep(5000)
+    const heardAt = heard.received.map((message) => message.at)
+    const unprompted = listReads.filter(
+      (at) => !heardAt.some((said) => said >= at - 3000 && said <= at + 1000)
+    )
+    assert.deepEqual(
+      unprompted.map((at) => at - watched),
+      [],
+      `the page does not poll /api/payouts (reads at ms ${listReads.map((at) => at - watched)}, ` +
+        `messages at ms ${heardAt.map((at) => at - watched)})`
+    )
+    assert.isAtMost(listReads.length, heardAt.filter((at) => at >= watched - 3000).length)
 
     mkdirSync(new URL('./', SCREENSHOT), { recursive: true })
     await page.screenshot({ path: SCREENSHOT.pathname, fullPage: true })
