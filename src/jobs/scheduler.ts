@@ -41,7 +41,7 @@ export interface JobSchedulerOptions {
  * app a job runs at most once per interval (the lock lives where `createJobLocks` puts it:
  * the app's `@adonisjs/lock` store, Redis with `jobs.redis`, or the app's database). A run
  * longer than its interval keeps extending its lock, so it never overlaps the next run
- * anywhere. Every run is logged as `payouts job ran`.
+ * anywhere. Every run is logged as `payouts job ran`, with its result and how long it ran (`ms`).
  */
 export class JobScheduler {
   #timers: NodeJS.Timeout[] = []
@@ -94,11 +94,13 @@ export class JobScheduler {
       Math.max(1, Math.floor(ttl / 3))
     )
     keeper.unref()
+    const startedAt = performance.now()
     const run = job.run()
     this.#running.add(run)
     try {
       const result = await withDeadline(run, this.options.runTimeoutMs ?? 0, `job ${job.name}`)
-      this.options.logger.info({ job: job.name, result }, 'payouts job ran')
+      const ms = Math.round(performance.now() - startedAt)
+      this.options.logger.info({ job: job.name, result, ms }, 'payouts job ran')
       this.options.onRun?.(job.name, result)
       return 'ran'
     } catch (error) {
