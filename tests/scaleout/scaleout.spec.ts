@@ -537,8 +537,9 @@ for (const [index, server] of SERVERS.entries()) {
         const possible = Math.floor((stoppedAt - spawnedAt - every) / (every - 50)) + 1
         assert.isAtLeast(ofJob(job).length, rounds, `${job} ran`)
         assert.isAtMost(ofJob(job).length, possible, `${job} ran at most once per interval`)
+        // When each run started: its log line's time, less how long it ran.
         const times = ofJob(job)
-          .map((line) => Number(line.time))
+          .map((line) => Number(line.time) - Number(line.ms))
           .toSorted((x, y) => x - y)
         for (let i = 1; i < times.length; i++) {
           assert.isAtLeast(times[i] - times[i - 1], every - 250, `${job}: two runs too close`)
