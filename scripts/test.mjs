@@ -32,7 +32,7 @@
  */
 import { spawn } from 'node:child_process'
 import { createWriteStream, globSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { availableParallelism, tmpdir } from 'node:os'
 import { join } from 'node:path'
 
 const TS_HOOKS = '--import=./scripts/ts_hooks.mjs'
@@ -44,7 +44,8 @@ const DEMO_FILES = [
   'tests/integration/demo_otel.spec.ts',
   'tests/integration/demo_runner.spec.ts',
   'tests/integration/demo_tests.spec.ts',
-  'tests/scaleout/scaleout.spec.ts',
+  'tests/scaleout/scaleout_mysql.spec.ts',
+  'tests/scaleout/scaleout_pg.spec.ts',
 ]
 /** A file not in tests/durations.json counts as this many seconds. */
 const UNKNOWN_FILE_S = 10
@@ -58,6 +59,8 @@ process.env.NODE_COMPILE_CACHE ??= join(tmpdir(), 'svc-payouts-compile-cache')
 const jobs = Math.max(1, Number(process.env.TEST_JOBS ?? 4) || 1)
 const startedAt = Date.now()
 const children = new Set()
+/** The CPU seconds of the children reaped, at the last `reapedCpuSince()`. */
+let reapedCpu = 0
 
 for (const signal of ['SIGINT', 'SIGTERM']) {
   process.once(signal, () => {
@@ -145,6 +148,11 @@ async function runAll() {
   process.stdout.write(`\n${ok ? ' PASSED ' : ' FAILED '}\n\n`)
   process.stdout.write(`Tests  ${parts.join(', ')} (${all})\n`)
   process.stdout.write(` Time  ${Math.floor(seconds / 60)}m ${seconds % 60}s (${jobs} at a time)\n`)
+  const cpu = results.reduce((sum, result) => sum + (result.cpuS ?? 0), 0)
+  if (cpu > 0) {
+    const cores = `${(cpu / seconds).toFixed(1)} of ${availableParallelism()} cores`
+    process.stdout.write(`  CPU  ${Math.round(cpu)} s in the runs' processes (${cores})\n`)
+  }
   for (const line of broken) process.stdout.write(`${line}\n`)
   return ok ? 0 : 1
 }
@@ -158,15 +166,16 @@ async function runUnit(unit, id, folder) {
     TEST_SHARD: String(id),
     ...(unit.demo && { SVC_DEMO_INSTALLED: '1' }),
   }
-  const { code, signal } = await run(
+  const { code, signal, cpuS } = await run(
     JAPA.concat(unit.files.map((file) => `--files=${file}`)),
     { output, env }
   )
   const text = readFileSync(output, 'utf8')
   const seconds = Math.round((Date.now() - startedAt) / 1000)
-  say(`${name}: ${code === 0 ? 'passed' : `failed (${signal ?? `exit code ${code}`})`}, ended at ${seconds} s`)
+  const cpu = cpuS === null ? '' : `, ${cpuS.toFixed(1)} s of CPU`
+  say(`${name}: ${code === 0 ? 'passed' : `failed (${signal ?? `exit code ${code}`})`}, ended at ${seconds} s${cpu}`)
   process.stdout.write(text)
-  return { name, code, counts: countsOf(text), failures: code === 0 ? [] : failuresOf(text) }
+  return { name, code, cpuS, counts: countsOf(text), failures: code === 0 ? [] : failuresOf(text) }
 }
 
 /**
@@ -193,14 +202,14 @@ function failuresOf(text) {
 async function installDemo(folder) {
   const output = join(folder, 'install.log')
   const script = "await (await import('./scripts/demo_runner.ts')).installDemo()"
-  const { code } = await run(
+  const { code, cpuS } = await run(
     [TS_HOOKS, '--input-type=module', '-e', script],
     { output, env: { ...process.env, SVC_DEMO_INSTALLED: '' } }
   )
   const seconds = Math.round((Date.now() - startedAt) / 1000)
   say(`the example app built and installed: ${code === 0 ? 'done' : `failed (exit code ${code})`}, at ${seconds} s`)
   if (code !== 0) process.stdout.write(readFileSync(output, 'utf8'))
-  return { install: true, code }
+  return { install: true, code, cpuS }
 }
 
 /** Runs Node with `argv`: inheriting the terminal, or into the file `output`; bounded. */
@@ -217,14 +226,34 @@ function run(argv, { stdio, output, env = process.env }) {
       child.stderr.pipe(out, { end: false })
     }
     const limit = out ? setTimeout(() => child.kill('SIGKILL'), UNIT_LIMIT_MS) : undefined
+    let cpuS = null
+    child.on('exit', () => (cpuS = reapedCpuSince()))
     child.on('close', (code, signal) => {
       clearTimeout(limit)
       children.delete(child)
-      const result = { code: code ?? 1, signal }
+      const result = { code: code ?? 1, signal, cpuS }
       if (out) out.end(() => resolve(result))
       else resolve(result)
     })
   })
+}
+
+/**
+ * The CPU time (user and system, seconds) of the child processes reaped since the last call,
+ * with the processes they reaped in turn (Linux's /proc/self/stat); null elsewhere. Read as a
+ * unit's process exits, it is that unit's, its apps and workers included.
+ */
+function reapedCpuSince() {
+  try {
+    const fields = readFileSync('/proc/self/stat', 'utf8').split(') ')[1].split(' ')
+    // cutime and cstime: fields 16 and 17 of the whole line, in clock ticks (100 a second).
+    const total = (Number(fields[13]) + Number(fields[14])) / 100
+    const since = total - reapedCpu
+    reapedCpu = total
+    return since
+  } catch {
+    return null
+  }
 }
 
 /** Seconds per spec file, measured (tests/durations.json); {} when there is none. */

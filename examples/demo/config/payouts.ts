@@ -22,10 +22,6 @@ const payoutsConfig = defineConfig({
   jobs: {
     // Several instances: set PAYOUTS_REDIS_URL to keep the jobs' locks in Redis.
     redisUrl: env.get('PAYOUTS_REDIS_URL'),
-    // How often the reconcile, escrow and recovery jobs run (every 60 s when unset).
-    reconcileEveryMs: env.get('PAYOUTS_JOBS_EVERY_MS'),
-    escrowEveryMs: env.get('PAYOUTS_JOBS_EVERY_MS'),
-    recoverEveryMs: env.get('PAYOUTS_JOBS_EVERY_MS'),
   },
   ledger: {
     enabled: true,

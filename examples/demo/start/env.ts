@@ -42,6 +42,5 @@ export default await Env.create(new URL('../', import.meta.url), {
   PAYOUTS_BASE_URL: Env.schema.string({ format: "url", tld: false }),
   PAYOUTS_WEBHOOK_SECRET: Env.schema.secret.optional(),
   PAYOUTS_REDIS_URL: Env.schema.secret.optional(),
-  PAYOUTS_JOBS_EVERY_MS: Env.schema.number.optional(),
   PAYOUTS_PROCESSING: Env.schema.enum.optional(['inline', 'worker'] as const)
 })

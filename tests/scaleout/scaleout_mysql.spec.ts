@@ -1,0 +1,3 @@
+import { scaleOutSuite } from './scale_out.ts'
+
+await scaleOutSuite('MySQL')
