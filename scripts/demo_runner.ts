@@ -221,6 +221,8 @@ export interface DemoOptions {
    * "payouts worker batch" lines); without it the worker's output follows `output`.
    */
   workerLog?: Log
+  /** A test's demo: its SQLite file and span folder are removed once it stopped. */
+  removeOnStop?: boolean
 }
 
 export interface RunningDemo {
@@ -263,9 +265,12 @@ export async function startDemo(options: DemoOptions = {}): Promise<RunningDemo>
   const port = options.port ?? 3333
   mkdirSync(`${DEMO_ROOT}tmp`, { recursive: true })
   const dbFile = `tmp/demo-${port}.sqlite`
-  for (const suffix of ['', '-wal', '-shm'])
-    rmSync(`${DEMO_ROOT}${dbFile}${suffix}`, { force: true })
-  rmSync(`${DEMO_ROOT}tmp/spans-${port}`, { recursive: true, force: true })
+  const removeFiles = () => {
+    for (const suffix of ['', '-wal', '-shm'])
+      rmSync(`${DEMO_ROOT}${dbFile}${suffix}`, { force: true })
+    rmSync(`${DEMO_ROOT}tmp/spans-${port}`, { recursive: true, force: true })
+  }
+  removeFiles()
   const env = demoEnv({
     PORT: String(port),
     DB_FILE: dbFile,
@@ -311,7 +316,11 @@ export async function startDemo(options: DemoOptions = {}): Promise<RunningDemo>
         running.app = await startDemoApp({ port, env, output: options.output })
       },
       stop() {
-        stopped ??= Promise.all([running.app.stop(), worker.stop()]).then(() => emulator.close())
+        stopped ??= Promise.all([running.app.stop(), worker.stop()])
+          .then(() => emulator.close())
+          .then(() => {
+            if (options.removeOnStop) removeFiles()
+          })
         return stopped
       },
     }

@@ -102,6 +102,7 @@ test.group('Browser | demo page', (group) => {
   group.setup(async () => {
     if (MISSING) return
     demo = await startDemo({
+      removeOnStop: true,
       port: await freePort(),
       stepIntervalMs: 400,
       output: 'ignore',

@@ -19,6 +19,7 @@ test.group('Demo | emulator clock at 60x', (group) => {
 
   group.setup(async () => {
     demo = await startDemo({
+      removeOnStop: true,
       port: await freePort(),
       clock: { mode: 'scaled', scale: 60 },
       // One emulated minute per step: about a second of real time, 7 minutes per payout.

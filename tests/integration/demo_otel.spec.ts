@@ -76,6 +76,7 @@ test.group('Demo | OpenTelemetry', () => {
     cleanup,
   }) => {
     const demo = await startDemo({
+      removeOnStop: true,
       port: await freePort(),
       stepIntervalMs: 300,
       output: 'inherit',

@@ -69,6 +69,7 @@ test.group('Demo runner | a worker beside the web process', () => {
   }) => {
     const workerLines: string[] = []
     const demo = await startDemo({
+      removeOnStop: true,
       port: await freePort(),
       stepIntervalMs: 300,
       // The app's warnings and errors, in the log of a failed run.
