@@ -197,7 +197,7 @@ function failuresOf(text) {
     const trimmed = line.trim()
     // Japa's ERRORS section: `❯ Group / test`, then `ℹ AssertionError: message`.
     if (trimmed === 'ERRORS') errors = true
-    else if (errors && (/^❯ [^┃]+ \/ /.test(trimmed) || /^ℹ \w*Error\b/.test(trimmed))) {
+    else if (errors && (/^❯ [^┃]+ \/ /.test(trimmed) || /^ℹ /.test(trimmed))) {
       found.push(`  ${trimmed.slice(0, 400)}`)
     }
     if (found.length === 12) break

@@ -23,6 +23,34 @@ export async function startEmulator(
   return emu
 }
 
+/**
+ * Client options under which an execute's answer can be lost (`loseAnswer`): the client gives
+ * up after 400 ms, and does not retry. Long enough that an answer that is not held back comes
+ * in time on a machine busy with the rest of the suite; 100 ms was not.
+ */
+export const LOSING_CLIENT = { timeoutMs: 400, retry: { maxRetries: 0 } }
+
+/**
+ * An execute whose answer is lost after the service made the payout: the service holds the
+ * request past the client's timeout (`LOSING_CLIENT`), then makes the payout, which this
+ * waits for (5 s at most) before it lets the service answer at once again.
+ */
+export async function loseAnswer(emu: PayoutsEmulator, send: () => Promise<unknown>) {
+  const before = emu.admin.payouts().length
+  emu.admin.setFaults({ processingDelayMs: LOSING_CLIENT.timeoutMs * 3 })
+  const outcome = await send().then(
+    () => 'answered',
+    () => 'lost'
+  )
+  if (outcome !== 'lost') throw new Error('the answer was not lost')
+  const until = Date.now() + 5000
+  while (emu.admin.payouts().length === before) {
+    if (Date.now() > until) throw new Error('the service never made the payout')
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+  emu.admin.setFaults({})
+}
+
 /** Raw HTTP against the emulator: no client, so the wire format itself is checked. */
 export async function api(
   emu: PayoutsEmulator,

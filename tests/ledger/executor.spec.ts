@@ -9,7 +9,13 @@ import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import type { PayoutChange } from '../../src/ledger/vocabulary.ts'
 import { EscrowDeposit, ExecutionIntent, Payout } from '../../src/models/main.ts'
-import { testClient, executeBodies, startEmulator } from '../emulator/helpers.ts'
+import {
+  executeBodies,
+  LOSING_CLIENT,
+  loseAnswer,
+  startEmulator,
+  testClient,
+} from '../emulator/helpers.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { startScriptedServer } from '../helpers/scripted_server.ts'
@@ -155,12 +161,8 @@ test.group(`Ledger | executor (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, db, ledger, client, body } = await setup(cleanup, {
-      timeoutMs: 100,
-      retry: { maxRetries: 0 },
-    })
-    emu.admin.setFaults({ processingDelayMs: 300 })
-    await assert.rejects(() => new PayoutExecutor({ db, ledger, client }).execute(body))
+    const { emu, db, ledger, client, body } = await setup(cleanup, LOSING_CLIENT)
+    await loseAnswer(emu, () => new PayoutExecutor({ db, ledger, client }).execute(body))
     const intent = await ExecutionIntent.firstOrFail()
     assert.equal(intent.state, 'unknown')
     const closed = await startScriptedServer([{ status: 200, body: {} }])
@@ -181,12 +183,8 @@ test.group(`Ledger | executor (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, db, ledger, client, executor, body } = await setup(cleanup, {
-      timeoutMs: 100,
-      retry: { maxRetries: 0 },
-    })
-    emu.admin.setFaults({ processingDelayMs: 300 })
-    await assert.rejects(() => executor.execute(body))
+    const { emu, db, ledger, client, executor, body } = await setup(cleanup, LOSING_CLIENT)
+    await loseAnswer(emu, () => executor.execute(body))
     const intent = await ExecutionIntent.firstOrFail()
     assert.equal(intent.state, 'unknown')
     // A body an older version accepted: the client now refuses to send it.
@@ -203,17 +201,11 @@ test.group(`Ledger | executor (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, executor, body } = await setup(cleanup, {
-      timeoutMs: 100,
-      retry: { maxRetries: 0 },
-    })
+    const { emu, executor, body } = await setup(cleanup, LOSING_CLIENT)
     // The service processes the request, but the answer comes after the client gave up.
-    emu.admin.setFaults({ processingDelayMs: 300 })
-    await assert.rejects(() => executor.execute(body))
+    await loseAnswer(emu, () => executor.execute(body))
     const [intent] = await ExecutionIntent.all()
     assert.equal(intent.state, 'unknown')
-    await new Promise((resolve) => setTimeout(resolve, 400))
-    emu.admin.setFaults({})
     const summary = await executor.recover({ olderThanMs: 0 })
     assert.deepInclude(summary, { resent: 1, succeeded: 1 })
     const payouts = emu.admin.payouts()

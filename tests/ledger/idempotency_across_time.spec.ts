@@ -7,7 +7,13 @@ import { Pruner } from '../../src/ledger/pruning.ts'
 import { tableNames } from '../../src/database/schema.ts'
 import { ExecutionIntent, Payout } from '../../src/models/main.ts'
 import { IntentsDesk } from '../../src/service/intents_desk.ts'
-import { executeBodies, startEmulator, testClient } from '../emulator/helpers.ts'
+import {
+  executeBodies,
+  LOSING_CLIENT,
+  loseAnswer,
+  startEmulator,
+  testClient,
+} from '../emulator/helpers.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 
 const HOUR = 3_600_000
@@ -37,24 +43,6 @@ async function acrossTime(
   })
   const body = executeBodies(emu).fiat
   return { db, emu, executor, pruner, body }
-}
-
-/**
- * An execute whose answer is lost after the service made the payout: the service holds it
- * past the client's 100 ms timeout, then the test waits until it is made.
- */
-async function loseAnswer(
-  emu: Awaited<ReturnType<typeof startEmulator>>,
-  execute: () => Promise<unknown>
-) {
-  emu.admin.setFaults({ processingDelayMs: 300 })
-  const outcome = await execute().then(
-    () => 'answered',
-    () => 'lost'
-  )
-  if (outcome !== 'lost') throw new Error('the answer was not lost')
-  await new Promise((resolve) => setTimeout(resolve, 400))
-  emu.admin.setFaults({})
 }
 
 test.group(`Ledger | an app's idempotency key across days (${TEST_DB})`, () => {
@@ -93,10 +81,7 @@ test.group(`Ledger | an app's idempotency key across days (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, executor, body } = await acrossTime(cleanup, {
-      timeoutMs: 100,
-      retry: { maxRetries: 0 },
-    })
+    const { emu, executor, body } = await acrossTime(cleanup, LOSING_CLIENT)
     // The service makes the payout; its answer comes after the client gave up.
     await loseAnswer(emu, () => executor.execute(body, { idempotencyKey: 'payout-order-43' }))
     assert.equal((await ExecutionIntent.firstOrFail()).state, 'unknown')
@@ -124,10 +109,7 @@ test.group(`Ledger | an app's idempotency key across days (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, emu, executor, body } = await acrossTime(cleanup, {
-      timeoutMs: 100,
-      retry: { maxRetries: 0 },
-    })
+    const { db, emu, executor, body } = await acrossTime(cleanup, LOSING_CLIENT)
     await loseAnswer(emu, () => executor.execute(body, { idempotencyKey: 'payout-order-45' }))
     await emu.clock.advance(30 * HOUR)
     await assert.rejects(() => executor.execute(body, { idempotencyKey: 'payout-order-45' }))
@@ -148,10 +130,7 @@ test.group(`Ledger | an app's idempotency key across days (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, executor, pruner, body } = await acrossTime(cleanup, {
-      timeoutMs: 100,
-      retry: { maxRetries: 0 },
-    })
+    const { emu, executor, pruner, body } = await acrossTime(cleanup, LOSING_CLIENT)
     await loseAnswer(emu, () => executor.execute(body, { idempotencyKey: 'payout-order-46' }))
     // A second attempt refused definitively (as a 401 after a key rotation would be): failed,
     // though the first attempt made the payout.
@@ -189,10 +168,7 @@ test.group(`Ledger | an app's idempotency key across days (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, executor, body } = await acrossTime(cleanup, {
-      timeoutMs: 100,
-      retry: { maxRetries: 0 },
-    })
+    const { emu, executor, body } = await acrossTime(cleanup, LOSING_CLIENT)
     await loseAnswer(emu, () => executor.execute(body, { idempotencyKey: 'payout-order-44' }))
     await emu.clock.advance(20 * HOUR)
     const again = await executor.execute(body, { idempotencyKey: 'payout-order-44' })
@@ -205,10 +181,7 @@ test.group(`Ledger | an app's idempotency key across days (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { emu, executor, body } = await acrossTime(cleanup, {
-      timeoutMs: 100,
-      retry: { maxRetries: 0 },
-    })
+    const { emu, executor, body } = await acrossTime(cleanup, LOSING_CLIENT)
     await loseAnswer(emu, () => executor.execute(body, { idempotencyKey: 'payout-order-45' }))
     const [made] = emu.admin.payouts()
     // What a webhook or reconciliation brings: the service's payout in the ledger.

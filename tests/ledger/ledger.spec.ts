@@ -896,7 +896,9 @@ test.group(`Ledger | outbox sweep (${TEST_DB})`, () => {
       assert.isTrue(applied.changed)
     }
     assert.lengthOf(await PayoutEvent.query().whereNull('notified_at'), 2)
-    // A sweeping process whose first hook hangs past the sweep's deadline, then resumes.
+    // A sweeping process whose first hook hangs past the sweep's deadline, then resumes. The
+    // deadline bounds the next sweep too, which does real work: 200 ms was too short for it
+    // on MySQL with the suite's other processes busy.
     const fired: string[] = []
     let release!: () => void
     const hanging = new Promise<void>((resolve) => (release = resolve))
@@ -908,7 +910,7 @@ test.group(`Ledger | outbox sweep (${TEST_DB})`, () => {
           if (fired.length === 1) await hanging
         },
       },
-      { transactionTimeoutMs: 200 }
+      { transactionTimeoutMs: 1500 }
     )
     const stalled = await sweeper.renotify({ olderThanMs: 0 }).then(
       () => null,
