@@ -121,10 +121,24 @@ export class ExecutionIntents {
     return this.#sending.has(intent.id)
   }
 
-  /** A write of the execute path, bounded by `transactionTimeoutMs` (`boundedTransaction`). */
+  /**
+   * A write of the execute path, bounded by `transactionTimeoutMs` (`boundedTransaction`), run
+   * again when the database rolls it back as a deadlock's victim (`retryingDeadlocks`): two
+   * calls with one key at once on MySQL made one (a claim's UPDATE beside the other's store).
+   * `work` may run more than once: it builds what it writes anew each time.
+   */
   write<T>(what: string, work: (trx: TransactionClientContract) => Promise<T>): Promise<T> {
+    const client = this.options.db.connection(this.options.connection)
+    return retryingDeadlocks(client, what, () => this.#bounded(client, what, work))
+  }
+
+  #bounded<T>(
+    client: QueryClientContract,
+    what: string,
+    work: (trx: TransactionClientContract) => Promise<T>
+  ): Promise<T> {
     return boundedTransaction(
-      this.options.db.connection(this.options.connection),
+      client,
       { timeoutMs: this.options.transactionTimeoutMs, what, writes: ExecutionIntent.table },
       work
     )
@@ -132,11 +146,14 @@ export class ExecutionIntents {
 
   /** Saves the intent's changes in a bounded transaction of their own. */
   async save(intent: ExecutionIntent, what: string) {
+    const client = this.options.db.connection(this.options.connection)
     try {
-      await this.write(what, async (trx) => {
-        intent.useTransaction(trx)
-        await intent.save()
-      })
+      await storedWithRetries(client, intent, what, () =>
+        this.#bounded(client, what, async (trx) => {
+          intent.useTransaction(trx)
+          await intent.save()
+        })
+      )
     } finally {
       // A transaction given up at its deadline never says it ended: forget it here.
       intent.$trx = undefined

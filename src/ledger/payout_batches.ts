@@ -326,6 +326,8 @@ export class PayoutBatches {
       let inserted = false
       try {
         const created = await intents.write('batch intents', async (trx) => {
+          // Of this run (a deadlock's victim is run again): one rolled back never committed.
+          inserted = false
           const rows = await ExecutionIntent.createMany(
             missing.map((chunk) => ({
               account,

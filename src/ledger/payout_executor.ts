@@ -235,6 +235,8 @@ export class PayoutExecutor {
     let inserted = false
     try {
       intent = await this.#intents.write('execute intent', async (trx) => {
+        // Of this run (a deadlock's victim is run again): one rolled back never committed.
+        inserted = false
         const created = await ExecutionIntent.create(fields, {
           client: trx,
           connection: this.#options.connection,

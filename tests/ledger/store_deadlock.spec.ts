@@ -1,7 +1,8 @@
 import { test } from '@japa/runner'
+import { DateTime } from 'luxon'
 import { boundedTransaction } from '../../src/database/deadline.ts'
 import { tableNames } from '../../src/database/schema.ts'
-import { storedWithRetries } from '../../src/ledger/execution_intents.ts'
+import { ExecutionIntents, storedWithRetries } from '../../src/ledger/execution_intents.ts'
 import { PayoutExecutor } from '../../src/ledger/payout_executor.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
 import { insertPendingPayouts } from '../../src/ledger/payout_rows.ts'
@@ -192,5 +193,85 @@ test.group(`Ledger | the store of an execute as a deadlock's victim (${TEST_DB})
     assert.equal(runs, 2)
     const row = await ExecutionIntent.findOrFail(intent.id)
     assert.equal(row.state, 'succeeded', 'the second run wrote the intent')
+  })
+  test("an intent's writes (its insert, its claim, its save) rolled back as a deadlock's victim run again", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setup(cleanup)
+    const intents = new ExecutionIntents({
+      db,
+      account: 'main',
+      transactionTimeoutMs: 0,
+      idempotencyWindowMs: 24 * 3_600_000,
+      safetyMarginMs: 3_600_000,
+      now: () => DateTime.utc(),
+    })
+    // As the driver reports a deadlock's victim (MySQL's code; PostgreSQL's is 40P01).
+    const deadlock = () =>
+      Object.assign(new Error('Deadlock found when trying to get lock'), {
+        code: 'ER_LOCK_DEADLOCK',
+        errno: 1213,
+      })
+
+    // The insert: its first run is rolled back after its INSERT; the second stores one row.
+    let runs = 0
+    const intent = await intents.write('test intent', async (trx) => {
+      runs++
+      const created = await ExecutionIntent.create(
+        {
+          idempotencyKey: `deadlocked-insert-${Date.now()}`,
+          flow: 'fiat',
+          requestBody: {},
+          bodyHash: 'x'.repeat(64),
+          state: 'pending',
+          attempts: 1,
+        } as Partial<ExecutionIntent>,
+        { client: trx }
+      )
+      if (runs === 1) throw deadlock()
+      return created
+    })
+    assert.equal(runs, 2)
+    assert.lengthOf(await ExecutionIntent.all(), 1, 'the rolled-back run stored nothing')
+
+    // The save: its first run is rolled back after the UPDATE went through.
+    const save = intent.save.bind(intent)
+    let saves = 0
+    intent.save = async () => {
+      await save()
+      if (++saves === 1) throw deadlock()
+      return intent
+    }
+    intent.state = 'unknown'
+    await intents.save(intent, 'test save')
+    assert.equal(saves, 2)
+    assert.equal((await ExecutionIntent.findOrFail(intent.id)).state, 'unknown')
+    intent.save = save
+
+    // The claim (a conditional UPDATE): counted once, by the run that committed.
+    const client = db.connection()
+    const update = client.getWriteClient()
+    let claims = 0
+    const fail = (query: { sql: string }) => {
+      if (/^update/i.test(query.sql) && query.sql.includes('attempts')) claims++
+    }
+    update.on('query', fail)
+    runs = 0
+    const claimed = await intents.write('test claim', async (trx) => {
+      runs++
+      const changed = await trx
+        .from(ExecutionIntent.table)
+        .where('id', intent.id)
+        .where('attempts', 1)
+        .update({ attempts: 2 })
+      if (runs === 1) throw deadlock()
+      return changed
+    })
+    update.off('query', fail)
+    assert.equal(runs, 2)
+    assert.equal(claims, 2, 'the UPDATE ran twice, the first rolled back')
+    assert.equal((await ExecutionIntent.findOrFail(intent.id)).attempts, 2)
+    assert.deepEqual([claimed].flat().map(Number), [1])
   })
 })
