@@ -29,6 +29,13 @@ const FILLERS = Array.from({ length: 10 }, (_, index) => ({
   source: 'webhook' as const,
 }))
 
+/** A deadlock's victim, as the driver reports it (MySQL's code; PostgreSQL's is 40P01). */
+const deadlock = () =>
+  Object.assign(new Error('Deadlock found when trying to get lock'), {
+    code: 'ER_LOCK_DEADLOCK',
+    errno: 1213,
+  })
+
 async function setup(cleanup: (fn: () => Promise<void>) => void) {
   const { db, prefix } = await setupDatabase(cleanup, 'store-deadlock')
   const emu = await startEmulator(cleanup, { rateLimits: false })
@@ -179,14 +186,8 @@ test.group(`Ledger | the store of an execute as a deadlock's victim (${TEST_DB})
           intent.useTransaction(trx)
           intent.state = 'succeeded'
           await intent.save()
-          // As the driver reports a deadlock's victim (MySQL's code; PostgreSQL's is 40P01):
-          // this run is rolled back after the intent's UPDATE went through.
-          if (runs === 1) {
-            throw Object.assign(new Error('Deadlock found when trying to get lock'), {
-              code: 'ER_LOCK_DEADLOCK',
-              errno: 1213,
-            })
-          }
+          // This run is rolled back after the intent's UPDATE went through.
+          if (runs === 1) throw deadlock()
         }
       )
     )
@@ -194,6 +195,7 @@ test.group(`Ledger | the store of an execute as a deadlock's victim (${TEST_DB})
     const row = await ExecutionIntent.findOrFail(intent.id)
     assert.equal(row.state, 'succeeded', 'the second run wrote the intent')
   })
+
   test("an intent's writes (its insert, its claim, its save) rolled back as a deadlock's victim run again", async ({
     assert,
     cleanup,
@@ -207,13 +209,6 @@ test.group(`Ledger | the store of an execute as a deadlock's victim (${TEST_DB})
       safetyMarginMs: 3_600_000,
       now: () => DateTime.utc(),
     })
-    // As the driver reports a deadlock's victim (MySQL's code; PostgreSQL's is 40P01).
-    const deadlock = () =>
-      Object.assign(new Error('Deadlock found when trying to get lock'), {
-        code: 'ER_LOCK_DEADLOCK',
-        errno: 1213,
-      })
-
     // The insert: its first run is rolled back after its INSERT; the second stores one row.
     let runs = 0
     const intent = await intents.write('test intent', async (trx) => {
