@@ -4,8 +4,8 @@
  * purpose), so they overlap well even on two cores.
  *
  * The spec files are cut into units (a long file alone, short ones packed together, by the
- * seconds tests/durations.json gives each) and TEST_JOBS processes (default three per core,
- * 4 to 8) take the longest unit left, one after the other. The files that run the example app
+ * seconds tests/durations.json gives each) and TEST_JOBS processes (default 4) take the
+ * longest unit left, one after the other. The files that run the example app
  * (`DEMO_FILES`) wait until the package is built and installed into it, once, which starts
  * first; they then run with SVC_DEMO_INSTALLED=1, each on its own port and database file.
  * Each unit's output is printed whole when it ends, then one summary for the run; the run
@@ -23,9 +23,10 @@
  * about half the CPU time ts-exec's loader thread takes, and keep their SQLite files in memory
  * where they can (tests/helpers/database.ts, SQLITE_FOLDER). On a slow 2-core machine the run
  * took 6 min 0-9 s before both, 4 min 51 s - 5 min 4 s with the hooks, 4 min 23 s with both.
- * On a faster one, 3 min 7-18 s four at a time and 2 min 54-58 s six at a time, its processes
- * using 1.5 and 1.7 of the 2 cores: the example app's files wait on its jobs' interval, its
- * boots and a browser, so two more processes fill that time. The summary gives the run's CPU
+ * On a faster one, 3 min 7-18 s four at a time and 2 min 54-58 s six at a time (TEST_JOBS=6),
+ * its processes using 1.5 and 1.7 of the 2 cores. Six is not the default: under that load on
+ * MariaDB a later change of a payout was once told before an earlier one (ledger.spec.ts, 20
+ * observations of one payout at once), a race not fixed yet. The summary gives the run's CPU
  * seconds, and each unit's line its own.
  *
  * TEST_DB (sqlite, pg, mysql) reaches every process. Nothing a process owns is shared: its
@@ -60,10 +61,7 @@ const UNIT_LIMIT_MS = Number(process.env.TEST_UNIT_LIMIT_MS ?? 20 * 60_000)
 
 const args = process.argv.slice(2)
 process.env.NODE_COMPILE_CACHE ??= join(tmpdir(), 'svc-payouts-compile-cache')
-const jobs = Math.max(
-  1,
-  Number(process.env.TEST_JOBS ?? Math.min(8, Math.max(4, 3 * availableParallelism()))) || 1
-)
+const jobs = Math.max(1, Number(process.env.TEST_JOBS ?? 4) || 1)
 const startedAt = Date.now()
 const children = new Set()
 /** The CPU seconds of the children reaped, at the last `reapedCpuSince()`. */
