@@ -40,7 +40,7 @@ export const DEADLOCK_ATTEMPTS = 3
  * Whether the database rolled the transaction back as a deadlock's victim: at one of its
  * statements, or at its COMMIT (then rolled back for certain too).
  */
-export function rolledBackByDeadlock(error: unknown): boolean {
+function rolledBackByDeadlock(error: unknown): boolean {
   return (
     isDeadlock(error) || (error instanceof E_PAYOUTS_COMMIT_UNCONFIRMED && isDeadlock(error.cause))
   )

@@ -5,7 +5,6 @@ import { withDeadline } from '../time_bounds.ts'
 import { traceParentOrNull } from '../tracing/trace_parent.ts'
 import {
   boundedTransaction,
-  DEADLOCK_ATTEMPTS,
   dropIdleConnections,
   retryingDeadlocks,
   withStatementTimeout,
@@ -23,9 +22,6 @@ interface PendingInsert {
   resolve: (outcome: 'stored' | 'duplicate') => void
   reject: (error: unknown) => void
 }
-
-/** How many times in all an insert is run while the database picks it as a deadlock's victim. */
-export const INSERT_DEADLOCK_ATTEMPTS = DEADLOCK_ATTEMPTS
 
 /** Unique-violation codes of SQLite, PostgreSQL and MySQL/MariaDB. */
 function isUniqueViolation(error: unknown): boolean {

@@ -196,7 +196,7 @@ test.group(`Ledger | the store of an execute as a deadlock's victim (${TEST_DB})
     assert.equal(row.state, 'succeeded', 'the second run wrote the intent')
   })
 
-  test("an intent's writes (its insert, its claim, its save) rolled back as a deadlock's victim run again", async ({
+  test("the intents' writes (an insert, a conditional UPDATE as a claim makes, a save) rolled back as a deadlock's victim run again", async ({
     assert,
     cleanup,
   }) => {
@@ -244,7 +244,8 @@ test.group(`Ledger | the store of an execute as a deadlock's victim (${TEST_DB})
     assert.equal((await ExecutionIntent.findOrFail(intent.id)).state, 'unknown')
     intent.save = save
 
-    // The claim (a conditional UPDATE): counted once, by the run that committed.
+    // A conditional UPDATE through the same write, as a claim of an attempt makes: counted
+    // once, by the run that committed.
     const client = db.connection()
     const update = client.getWriteClient()
     let claims = 0

@@ -266,7 +266,7 @@ async function subscribe(url: string, cleanup: (fn: () => Promise<void>) => void
 }
 
 /**
- * The suite on one server: each server's has a spec file of its own (scaleout_pg.spec.ts,
+ * The suite on one server: each server has a spec file of its own (scaleout_pg.spec.ts,
  * scaleout_mysql.spec.ts), so `npm test` runs them side by side; most of each is waiting for
  * the jobs' 60 s interval.
  */

@@ -2,9 +2,9 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { test } from '@japa/runner'
 import type { Database } from '@adonisjs/lucid/database'
 import { dbDate } from '../../src/database/dates.ts'
+import { DEADLOCK_ATTEMPTS } from '../../src/database/deadline.ts'
 import { isDeadlock } from '../../src/database/dialects.ts'
 import { tableNames } from '../../src/database/schema.ts'
-import { INSERT_DEADLOCK_ATTEMPTS } from '../../src/webhooks/inbox_inserts.ts'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { nextWaiter, ONE_WRITER, otherTransaction } from '../helpers/deadlocks.ts'
@@ -113,7 +113,7 @@ test.group(`Webhooks | inbox insert as a deadlock's victim (${TEST_DB})`, () => 
     .skip(TEST_DB === 'sqlite', ONE_WRITER)
     .timeout(20_000)
 
-  test(`a batch that is the deadlock's victim at each of its ${INSERT_DEADLOCK_ATTEMPTS} runs fails with the deadlock`, async ({
+  test(`a batch that is the deadlock's victim at each of its ${DEADLOCK_ATTEMPTS} runs fails with the deadlock`, async ({
     assert,
     cleanup,
   }) => {
@@ -133,7 +133,7 @@ test.group(`Webhooks | inbox insert as a deadlock's victim (${TEST_DB})`, () => 
     let done = false
     void settled.then(() => (done = true))
     const seen = new Set<string>()
-    for (let round = 0; round < INSERT_DEADLOCK_ATTEMPTS + 2; round++) {
+    for (let round = 0; round < DEADLOCK_ATTEMPTS + 2; round++) {
       if (!(await nextWaiter(db, other, seen, () => done))) break
       if (TEST_DB === 'mysql') {
         // A locking read that waits for the run's 'a'. At READ COMMITTED its lock is not
@@ -162,7 +162,7 @@ test.group(`Webhooks | inbox insert as a deadlock's victim (${TEST_DB})`, () => 
         assert.isTrue(isDeadlock(outcome.reason), `a deadlock, not ${outcome.reason}`)
       }
     }
-    assert.equal(runs.length, INSERT_DEADLOCK_ATTEMPTS, 'runs of the batch')
+    assert.equal(runs.length, DEADLOCK_ATTEMPTS, 'runs of the batch')
     assert.deepEqual(await storedIds(db, table), [])
   })
     .skip(TEST_DB === 'sqlite', ONE_WRITER)
