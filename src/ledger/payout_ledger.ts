@@ -16,6 +16,7 @@ import {
 } from './payout_outbox.ts'
 import type { AppliedBatch, ApplyResult, PayoutObservation } from './vocabulary.ts'
 import { safeError } from '../safe_error.ts'
+import { tellingOrder } from './telling_order.ts'
 
 export type { ChangeListener } from './payout_outbox.ts'
 
@@ -78,12 +79,14 @@ export class PayoutLedger {
   #applier: PayoutApplier
   #outbox: PayoutOutbox
   #options: PayoutLedgerOptions
+  #leaseMs: number
 
   constructor(db: Database, listener: ChangeListener = {}, options: PayoutLedgerOptions = {}) {
     this.#db = db
     this.#options = options
     // Its own owner: another ledger of this process fences its changes as another process does.
     const lease = { owner: leaseOwner(), ms: options.notifyLeaseMs ?? DEFAULT_NOTIFY_LEASE_MS }
+    this.#leaseMs = lease.ms
     const account = { account: options.account ?? DEFAULT_ACCOUNT }
     this.#applier = new PayoutApplier(lease, { ...account, turnMs: options.turnMs })
     this.#outbox = new PayoutOutbox(
@@ -154,14 +157,18 @@ export class PayoutLedger {
 
   /**
    * Registers the batch's telling on the transaction: after its COMMIT, the commit notice,
-   * then the outbox. Lucid swallows what an `after` hook throws, so the hook only starts the
-   * work, which records its own failure (the outbox leaves a change it could not tell to
-   * `renotify`).
+   * then the outbox, once this process has told what its payouts' earlier commits changed
+   * (`TellingOrder`: telling may ask the database first, and a later commit's telling must
+   * not overtake it). Lucid swallows what an `after` hook throws, so the hook only starts
+   * the work, which records its own failure (the outbox leaves a change it could not tell
+   * to `renotify`).
    */
   #tellAfterCommit(trx: TransactionClientContract, batch: NotifiedOutcomes): Promise<void> {
-    if (!batch.outcomes.some(({ change, result }) => change || result?.ownerAttached)) {
-      return Promise.resolve()
-    }
+    const payouts = batch.outcomes.flatMap(({ change, result }) =>
+      change || result?.ownerAttached ? [this.#payoutKey((change ?? result)!.payout)] : []
+    )
+    if (payouts.length === 0) return Promise.resolve()
+    const waitMs = this.#leaseMs / 3
     return new Promise<void>((resolve) => {
       // Bound to where it was registered (the apply, inside its caller's trace): the changes
       // are told in that context, not in whatever context the COMMIT ends in.
@@ -169,17 +176,27 @@ export class PayoutLedger {
       // did commit unconfirmed is told by the outbox sweep once its lease ends, once.
       trx.after(
         'commit',
-        AsyncResource.bind(() =>
-          resolve(
-            commitConfirmed(trx, 'ledger transaction').then(
-              () => this.#tell(batch),
-              (error) => debug('ledger: changes not told: %s', safeError(error).message)
-            )
+        AsyncResource.bind(() => {
+          // Settled at once: a COMMIT not confirmed while an earlier telling runs is no
+          // unhandled rejection.
+          const confirmed = commitConfirmed(trx, 'ledger transaction').then(
+            () => true,
+            (error) => void debug('ledger: changes not told: %s', safeError(error).message)
           )
-        )
+          resolve(
+            tellingOrder.after(payouts, waitMs, async () => {
+              if (await confirmed) await this.#tell(batch)
+            })
+          )
+        })
       )
       trx.after('rollback', () => resolve())
     })
+  }
+
+  /** A payout as the order of telling knows it: its connection, account and UUID. */
+  #payoutKey(payout: Payout): string {
+    return `${this.#options.connection ?? ''}\0${this.account}\0${payout.payoutUuid}`
   }
 
   async #tell(batch: NotifiedOutcomes): Promise<void> {

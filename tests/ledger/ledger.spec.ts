@@ -4,11 +4,13 @@ import { DateTime } from 'luxon'
 import { randomUUID } from 'node:crypto'
 import { dropPayoutsTables, tableNames } from '../../src/database/schema.ts'
 import { PayoutLedger } from '../../src/ledger/payout_ledger.ts'
+import { tellingOrder } from '../../src/ledger/telling_order.ts'
 import type { PayoutChange, PayoutObservation } from '../../src/ledger/vocabulary.ts'
 import { mapExecuteStatus, reduce } from '../../src/ledger/state_machine.ts'
 import { locksRows, numbersConsecutively } from '../../src/database/dialects.ts'
 import { Payout, PayoutEvent } from '../../src/models/main.ts'
 import {
+  connectionConfig,
   createAllPayoutsTables,
   recordStatements,
   setupDatabase,
@@ -298,6 +300,94 @@ test.group(`Ledger | apply (${TEST_DB})`, () => {
       ranks,
       [...ranks].sort((a, b) => a - b)
     )
+  })
+  test("a payout's changes are told in the order they committed, when telling the first one waits for the database", async ({
+    assert,
+    cleanup,
+  }) => {
+    // One connection, as SQLite's pool has: what telling the first change asks of the
+    // database (its lease renewed) queues behind the second change's whole transaction.
+    const { db } = await setupDatabase(cleanup, 'tell-order', {
+      connection: { ...connectionConfig('tell-order'), pool: { min: 0, max: 1 } },
+    })
+    const told: string[] = []
+    const ledger = new PayoutLedger(db, {
+      onChange: (change) => void told.push(change.current.status),
+    })
+    const payoutId = randomUUID()
+    const [created, processing] = trajectory(payoutId, 'completed')
+    const completed = trajectory(payoutId, 'completed').at(-1)!
+    await ledger.apply(created)
+    told.length = 0
+    const now = Date.now
+    cleanup(() => void (Date.now = now))
+    let first: Promise<void> | undefined
+    let second: Promise<unknown> | undefined
+    await db.transaction(async (trx) => {
+      first = (await ledger.applyBatchInTransaction(trx, [processing])).notified
+      // Queued for the connection this transaction holds.
+      second = ledger.apply(completed)
+      // A transaction that outlasts half its changes' lease (30 s): its lease is renewed
+      // before they are told. The clock moves instead of the test waiting.
+      Date.now = () => now() + 15_000
+    })
+    await Promise.all([first, second])
+    assert.deepEqual(told, ['processing', 'completed'])
+    assert.equal(tellingOrder.size, 0)
+  })
+
+  test('a listener that applies a change to the payout it is told of is not held behind its own telling', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'tell-nested')
+    const payoutId = randomUUID()
+    const [created, processing] = trajectory(payoutId, 'completed')
+    const completed = trajectory(payoutId, 'completed').at(-1)!
+    const told: string[] = []
+    // A lease of an hour: were it held behind its own telling, it would wait 20 minutes.
+    const ledger: PayoutLedger = new PayoutLedger(
+      db,
+      {
+        onChange: async (change) => {
+          told.push(change.current.status)
+          if (change.current.status === 'processing') await ledger.apply(completed)
+        },
+      },
+      { notifyLeaseMs: 3_600_000 }
+    )
+    await ledger.apply(created)
+    await ledger.apply(processing)
+    assert.deepEqual(told, ['pending', 'processing', 'completed'])
+    assert.equal(tellingOrder.size, 0)
+  })
+
+  test("a listener that never returns holds its payout's later changes for a third of their lease only", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'tell-hung')
+    const payoutId = randomUUID()
+    const [created, processing] = trajectory(payoutId, 'completed')
+    const completed = trajectory(payoutId, 'completed').at(-1)!
+    let unblock!: () => void
+    const hung = new Promise<void>((resolve) => (unblock = resolve))
+    cleanup(() => unblock())
+    const told: string[] = []
+    const ledger = new PayoutLedger(
+      db,
+      {
+        onChange: (change) => {
+          told.push(change.current.status)
+          return change.current.status === 'processing' ? hung : undefined
+        },
+      },
+      { notifyLeaseMs: 1_500 }
+    )
+    await ledger.apply(created)
+    void ledger.apply(processing)
+    await ledger.apply(completed)
+    assert.deepEqual(told, ['pending', 'processing', 'completed'])
   })
 })
 
