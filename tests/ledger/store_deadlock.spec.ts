@@ -270,4 +270,93 @@ test.group(`Ledger | the store of an execute as a deadlock's victim (${TEST_DB})
     assert.equal((await ExecutionIntent.findOrFail(intent.id)).attempts, 2)
     assert.deepEqual([claimed].flat().map(Number), [1])
   })
+
+  test("an attempt's claim (a batch chunk's, a resumed intent's) that the database rolls back as a deadlock's victim is counted once", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'claim-deadlock')
+    const intents = new ExecutionIntents({
+      db,
+      account: 'main',
+      transactionTimeoutMs: 0,
+      idempotencyWindowMs: 24 * 3_600_000,
+      safetyMarginMs: 3_600_000,
+      now: () => DateTime.utc(),
+    })
+    const intent = await ExecutionIntent.create({
+      idempotencyKey: `claim-deadlock-${Date.now()}`,
+      flow: 'fiat',
+      requestBody: {},
+      bodyHash: 'x'.repeat(64),
+      state: 'pending',
+      attempts: 0,
+    } as Partial<ExecutionIntent>)
+    const fired = await deadlockOnce(db, cleanup, ExecutionIntent.table)
+
+    assert.isTrue(await intents.countAttempt(intent, DateTime.utc()), 'claimed')
+    assert.equal(await fired(), 2, 'the claim ran twice: the first was the victim')
+    assert.equal(intent.attempts, 1)
+    assert.equal((await ExecutionIntent.findOrFail(intent.id)).attempts, 1, 'counted once')
+  })
+    .skip(TEST_DB === 'sqlite', ONE_WRITER)
+    .timeout(30_000)
 })
+
+/**
+ * Makes the database itself roll back the first UPDATE that counts an attempt on `table` as
+ * a deadlock's victim, with its own error (PostgreSQL's 40P01, MySQL's 1213): a trigger
+ * raises it once, counted where a rollback does not undo the count (a PostgreSQL sequence, a
+ * MyISAM table). Returns how many times the trigger saw such an UPDATE.
+ */
+async function deadlockOnce(
+  db: Awaited<ReturnType<typeof setup>>['db'],
+  cleanup: (fn: () => Promise<void>) => void,
+  table: string
+): Promise<() => Promise<number>> {
+  const client = db.connection()
+  const name = `${table}_deadlock_once`
+  if (TEST_DB === 'pg') {
+    await client.rawQuery(`CREATE SEQUENCE ${name}`)
+    await client.rawQuery(`
+      CREATE FUNCTION ${name}() RETURNS trigger AS $$ BEGIN
+        IF NEW.attempts <> OLD.attempts AND nextval('${name}') = 1 THEN
+          RAISE EXCEPTION 'deadlock detected' USING ERRCODE = '40P01';
+        END IF;
+        RETURN NEW;
+      END $$ LANGUAGE plpgsql`)
+    await client.rawQuery(
+      `CREATE TRIGGER ${name} BEFORE UPDATE ON ${table} FOR EACH ROW EXECUTE FUNCTION ${name}()`
+    )
+    cleanup(async () => {
+      await client.rawQuery(`DROP TRIGGER IF EXISTS ${name} ON ${table}`)
+      await client.rawQuery(`DROP FUNCTION IF EXISTS ${name}()`)
+      await client.rawQuery(`DROP SEQUENCE IF EXISTS ${name}`)
+    })
+    return async () => {
+      const { rows } = await client.rawQuery(`SELECT last_value, is_called FROM ${name}`)
+      return rows[0].is_called ? Number(rows[0].last_value) : 0
+    }
+  }
+  await client.rawQuery(`CREATE TABLE ${name} (n INT NOT NULL) ENGINE = MyISAM`)
+  await client.rawQuery(`INSERT INTO ${name} (n) VALUES (0)`)
+  await client.rawQuery(`
+    CREATE TRIGGER ${name} BEFORE UPDATE ON ${table} FOR EACH ROW
+    BEGIN
+      IF NEW.attempts <> OLD.attempts THEN
+        UPDATE ${name} SET n = n + 1;
+        IF (SELECT n FROM ${name}) = 1 THEN
+          SIGNAL SQLSTATE '40001'
+            SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'Deadlock found when trying to get lock';
+        END IF;
+      END IF;
+    END`)
+  cleanup(async () => {
+    await client.rawQuery(`DROP TRIGGER IF EXISTS ${name}`)
+    await client.rawQuery(`DROP TABLE IF EXISTS ${name}`)
+  })
+  return async () => {
+    const [rows] = await client.rawQuery(`SELECT n FROM ${name}`)
+    return Number(rows[0].n)
+  }
+}
