@@ -16,7 +16,7 @@ import {
 } from './payout_outbox.ts'
 import type { AppliedBatch, ApplyResult, PayoutObservation } from './vocabulary.ts'
 import { safeError } from '../safe_error.ts'
-import { tellingOrder } from './telling_order.ts'
+import { tellingOrder, type Turn } from './telling_order.ts'
 
 export type { ChangeListener } from './payout_outbox.ts'
 
@@ -157,18 +157,17 @@ export class PayoutLedger {
 
   /**
    * Registers the batch's telling on the transaction: after its COMMIT, the commit notice,
-   * then the outbox, once this process has told what its payouts' earlier commits changed
-   * (`TellingOrder`: telling may ask the database first, and a later commit's telling must
-   * not overtake it). Lucid swallows what an `after` hook throws, so the hook only starts
-   * the work, which records its own failure (the outbox leaves a change it could not tell
-   * to `renotify`).
+   * then the outbox. The hook takes the changes' turns (`TellingOrder`): a change reaches the
+   * listener once its payout's change committed before it in this process did (telling may
+   * ask the database first, and a later commit's telling must not overtake it). Lucid
+   * swallows what an `after` hook throws, so the hook only starts the work, which records its
+   * own failure (the outbox leaves a change it could not tell to `renotify`).
    */
   #tellAfterCommit(trx: TransactionClientContract, batch: NotifiedOutcomes): Promise<void> {
-    const payouts = batch.outcomes.flatMap(({ change, result }) =>
-      change || result?.ownerAttached ? [this.#payoutKey((change ?? result)!.payout)] : []
+    const keys = batch.outcomes.map(({ change, result }) =>
+      change || result?.ownerAttached ? this.#payoutKey((change ?? result)!.payout) : null
     )
-    if (payouts.length === 0) return Promise.resolve()
-    const waitMs = this.#leaseMs / 3
+    if (keys.every((key) => key === null)) return Promise.resolve()
     return new Promise<void>((resolve) => {
       // Bound to where it was registered (the apply, inside its caller's trace): the changes
       // are told in that context, not in whatever context the COMMIT ends in.
@@ -177,16 +176,14 @@ export class PayoutLedger {
       trx.after(
         'commit',
         AsyncResource.bind(() => {
-          // Settled at once: a COMMIT not confirmed while an earlier telling runs is no
-          // unhandled rejection.
-          const confirmed = commitConfirmed(trx, 'ledger transaction').then(
-            () => true,
-            (error) => void debug('ledger: changes not told: %s', safeError(error).message)
-          )
+          const turns = tellingOrder.take(keys, this.#leaseMs / 3)
           resolve(
-            tellingOrder.after(payouts, waitMs, async () => {
-              if (await confirmed) await this.#tell(batch)
-            })
+            commitConfirmed(trx, 'ledger transaction')
+              .then(
+                () => this.#tell(batch, turns),
+                (error) => debug('ledger: changes not told: %s', safeError(error).message)
+              )
+              .finally(() => turns.forEach((turn) => turn?.go()))
           )
         })
       )
@@ -196,16 +193,17 @@ export class PayoutLedger {
 
   /** A payout as the order of telling knows it: its connection, account and UUID. */
   #payoutKey(payout: Payout): string {
-    return `${this.#options.connection ?? ''}\0${this.account}\0${payout.payoutUuid}`
+    const connection = this.#options.connection ?? this.#db.primaryConnectionName
+    return `${connection}\0${this.account}\0${payout.payoutUuid}`
   }
 
-  async #tell(batch: NotifiedOutcomes): Promise<void> {
+  async #tell(batch: NotifiedOutcomes, turns: Array<Turn | undefined>): Promise<void> {
     try {
       this.#options.notices?.committed()
     } catch (error) {
       debug('ledger: commit notice failed: %s', safeError(error).message)
     }
-    await this.#outbox.notifyBatch(batch).catch((error) => {
+    await this.#outbox.notifyBatch(batch, turns).catch((error) => {
       this.#options.logger?.error(
         { err: safeError(error) },
         'payouts change listeners failed after commit'

@@ -7,6 +7,7 @@ import type Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
 import type { EscrowEvent, ObservationSource } from '../types/events.ts'
 import { depositConfirmedBy } from './escrow_detection.ts'
+import { tellingOrder, type Turn } from './telling_order.ts'
 import {
   DEFAULT_NOTIFY_LEASE_MS,
   leaseOwner,
@@ -93,7 +94,10 @@ export class PayoutOutbox {
    * changes, as if its hook threw. An outcome without a change may still announce an owner
    * attached to its payout.
    */
-  async notifyBatch({ outcomes, notifyUntil }: NotifiedOutcomes) {
+  async notifyBatch(
+    { outcomes, notifyUntil }: NotifiedOutcomes,
+    turns: ReadonlyArray<Turn | undefined> = []
+  ) {
     const client = this.db.connection(this.connection)
     const payoutOf = new Map<number, string>()
     for (const { change } of outcomes)
@@ -104,16 +108,21 @@ export class PayoutOutbox {
     /** Payouts whose changes stop here: a lease taken, or one that could not be checked. */
     const stopped = new Set<string>()
     try {
-      for (const { change, result } of outcomes) {
+      for (const [index, { change, result }] of outcomes.entries()) {
+        const turn = turns[index]
         if (!change) {
-          await this.#announceOwner(result)
+          await this.#announceOwner(result, turn)
           continue
         }
-        if (stopped.has(change.payout.payoutUuid)) continue
+        if (stopped.has(change.payout.payoutUuid)) {
+          turn?.go()
+          continue
+        }
         const lease = await this.#leases.stillHeld(change.eventId, () =>
           [...left].filter((id) => !stopped.has(payoutOf.get(id)!))
         )
         if (lease !== 'held') {
+          turn?.go()
           stopped.add(change.payout.payoutUuid)
           // Taken: another process's now. Unknown: let go below with the payout's later ones.
           if (lease === 'taken') {
@@ -122,13 +131,14 @@ export class PayoutOutbox {
           }
           continue
         }
-        await this.#tell(change)
+        await this.#tell(change, turn)
         left.delete(change.eventId)
         // Not marked (database away): kept leased, the mark retried at each renewal. Only a
         // successor of this process (it died before the mark) runs their hook again.
         this.#leases.markSoon(change.eventId)
       }
     } finally {
+      for (const turn of turns) turn?.go()
       await this.#leases.marking
       // A hook threw, or a lease was lost or not known: the changes left are let go, together,
       // for `renotify` (in id order, so a payout's changes keep theirs).
@@ -156,25 +166,32 @@ export class PayoutOutbox {
   }
 
   /** An owner given to a payout whose changes went out without one: its position now. */
-  async #announceOwner(result?: ApplyResult<Payout>) {
-    if (!result?.ownerAttached || !this.listener.onOwnerAttached) return
+  async #announceOwner(result?: ApplyResult<Payout>, turn?: Turn) {
+    const listener = this.listener
+    if (!result?.ownerAttached || !listener.onOwnerAttached) return turn?.go()
     const latest = await this.#latestChange(result.payout)
-    if (latest) await this.listener.onOwnerAttached(latest)
+    await turn?.ready()
+    turn?.go()
+    if (latest) await tellingOrder.listening(() => listener.onOwnerAttached!(latest))
   }
 
   /**
    * One change told to the listener, with the deposit it confirmed; a deposit that cannot be
    * read (the database away) is logged, and the change still goes out without it.
    */
-  async #tell(change: PayoutChange<Payout>) {
-    if (!this.listener.onChange) return
+  async #tell(change: PayoutChange<Payout>, turn?: Turn) {
+    const listener = this.listener
+    if (!listener.onChange) return turn?.go()
     const deposit = await depositConfirmedBy(change, this.connection, this.account).catch(
       (error) => {
         this.logger?.error({ err: safeError(error) }, 'payouts escrow detection not read')
         return null
       }
     )
-    await this.listener.onChange(change, deposit)
+    // Its payout's change committed before it reached the listener first (`TellingOrder`).
+    await turn?.ready()
+    turn?.go()
+    await tellingOrder.listening(() => listener.onChange!(change, deposit))
   }
 
   /** The payout's last applied change, as the position it holds now. */

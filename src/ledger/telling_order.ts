@@ -1,69 +1,90 @@
 import { AsyncLocalStorage } from 'node:async_hooks'
-import debug from '../debug.ts'
-import { safeError } from '../safe_error.ts'
 
 /**
- * The order in which this process tells a payout's changes: the order they committed in.
+ * One change's place in its payout's order of telling: `ready()` says when the listener may
+ * hear it (the payout's change before it reached its listener), `go()` that it is reaching
+ * it now, or never will from here (skipped, let go, failed): the next one may go.
+ */
+export interface Turn {
+  ready(): Promise<void> | undefined
+  go(): void
+}
+
+/**
+ * The order in which this process's listener hears a payout's changes: the order they
+ * committed in.
  *
- * Each transaction's changes are told after its COMMIT, and telling them may first ask the
- * database something (a lease renewed, a deposit read). A payout's row lock (SQLite's single
- * writer) orders its transactions, but not what each one asks afterwards: with one
- * connection, the first one's question queues behind the second one's whole transaction,
- * whose own telling needs nothing, and `completed` was heard before `processing`. So the
- * commit hooks, which run in commit order, queue each payout's telling behind the telling
- * its previous commit started in this process (any ledger of it: the process is what a
- * listener hears from). Across processes nothing orders them: each tells its own.
+ * Each transaction's changes are told after its COMMIT, and telling one may first ask the
+ * database something (its lease renewed, the deposit it confirmed). A payout's row lock
+ * (SQLite's single writer) orders its transactions, but not what each one asks afterwards:
+ * with one connection, the first one's question queued behind the second one's whole
+ * transaction, whose own telling asked nothing, and `completed` was heard before
+ * `processing`. So each commit hook, which runs in commit order, takes a turn per change
+ * (`take`), and a change reaches the listener only once its payout's previous change in
+ * this process reached it, or gave up.
  *
- * Two bounds keep a queue from waiting on itself or forever:
- * - a change applied by a listener while it is told a change (its own apply, awaited inside
- *   its hook) does not wait for the telling it is part of;
- * - a telling waits for the one before it at most `waitMs` (the caller gives a third of the
- *   lease: its changes' lease is not renewed while they wait, and a listener that hangs does
- *   not hold the payout's later changes past it).
+ * What is ordered is when the listener is called, not when it returns: a listener that is
+ * slow, hangs, or itself waits for a later change of its payout (a test's `fake.complete()`
+ * in a `payouts:created` listener) holds nothing back. A change waits only for the question
+ * the change before it asks, and for the changes before that one in its own batch, which are
+ * told one by one; so a wait is bounded (`waitMs`: the ledger gives a third of the lease),
+ * and an apply made while a listener is called does not wait at all (`listening`): its change
+ * may sit behind that very listener in its batch.
+ *
+ * Not ordered: changes told by another process, and those the outbox sweep tells (a change
+ * whose telling gave up goes there, and is heard after its payout's later ones).
  */
 export class TellingOrder {
-  /** Per payout (its connection, account and UUID), the telling its last commit started. */
+  /** Per payout (its connection, account and UUID), when its last change taken went. */
   #last = new Map<string, Promise<void>>()
-  /** Set while a listener is told: an apply it makes does not wait for its own telling. */
-  #telling = new AsyncLocalStorage<true>()
+  /** Set while a listener is called; `active` ends with the call. */
+  #listening = new AsyncLocalStorage<{ active: boolean }>()
 
   /**
-   * Starts `tell` once the tellings already queued for `payouts` are done (or `waitMs` has
-   * passed), and queues it for the next commit of each of them. Called from a commit hook,
-   * synchronously: the hooks' order is the commits' order.
+   * The turns of a committed batch's changes, in its order, one per key (`null`: the outcome
+   * tells nothing). Called from the commit hook, synchronously: the hooks' order is the
+   * commits' order.
    */
-  after(payouts: string[], waitMs: number, tell: () => Promise<void>): Promise<void> {
-    const before = this.#telling.getStore()
-      ? []
-      : [...new Set(payouts)].flatMap((key) => this.#last.get(key) ?? [])
-    const told = waitedFor(before, waitMs)
-      .then(() => this.#telling.run(true, tell))
-      .catch((error) => debug('ledger: changes not told: %s', safeError(error).message))
-    for (const key of payouts) this.#last.set(key, told)
-    void told.finally(() => {
-      for (const key of payouts) if (this.#last.get(key) === told) this.#last.delete(key)
+  take(keys: Array<string | null>, waitMs: number): Array<Turn | undefined> {
+    const waits = this.#listening.getStore()?.active !== true
+    return keys.map((key) => {
+      if (key === null) return undefined
+      const before = waits ? this.#last.get(key) : undefined
+      let go!: () => void
+      const went = new Promise<void>((resolve) => (go = resolve))
+      this.#last.set(key, went)
+      void went.then(() => {
+        if (this.#last.get(key) === went) this.#last.delete(key)
+      })
+      return { ready: () => before && bounded(before, waitMs), go }
     })
-    return told
   }
 
-  /** How many payouts have a telling queued or running (0 once all are told). */
+  /** Calls a listener; an apply it makes during the call takes turns that do not wait. */
+  async listening<T>(call: () => T | Promise<T>): Promise<T> {
+    const store = { active: true }
+    try {
+      return await this.#listening.run(store, call)
+    } finally {
+      store.active = false
+    }
+  }
+
+  /** How many payouts have a change whose turn has not gone (0 once all went). */
   get size(): number {
     return this.#last.size
   }
 }
 
-/** Settles when all of `tellings` have (they never reject), or after `ms`. */
-function waitedFor(tellings: Array<Promise<void>>, ms: number): Promise<void> {
-  if (tellings.length === 0) return Promise.resolve()
+/** Settles when `went` does, or after `ms`. */
+function bounded(went: Promise<void>, ms: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined
-  const bound = new Promise<void>((resolve) => {
+  const late = new Promise<void>((resolve) => {
     timer = setTimeout(resolve, ms)
     timer.unref()
   })
-  return Promise.race([Promise.all(tellings).then(() => {}), bound]).finally(() =>
-    clearTimeout(timer)
-  )
+  return Promise.race([went, late]).finally(() => clearTimeout(timer))
 }
 
-/** The process's one order: every ledger of it queues its tellings here. */
+/** The process's one order: every ledger of it takes its turns here. */
 export const tellingOrder = new TellingOrder()

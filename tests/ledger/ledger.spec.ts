@@ -79,6 +79,11 @@ function namedObservation(
   }
 }
 
+/** Resolves once `told` holds `what`: a batch applied in the background has committed. */
+async function toldYet(told: string[], what: string) {
+  while (!told.includes(what)) await new Promise((resolve) => setTimeout(resolve, 5))
+}
+
 /** A fresh database, and ledgers on it that record every change they notify. */
 async function recordingLedger(cleanup: (fn: () => Promise<void>) => void, name: string) {
   const { db } = await setupDatabase(cleanup, name)
@@ -362,7 +367,7 @@ test.group(`Ledger | apply (${TEST_DB})`, () => {
     assert.equal(tellingOrder.size, 0)
   })
 
-  test("a listener that never returns holds its payout's later changes for a third of their lease only", async ({
+  test("a listener that does not return (it waits for what the payout's next apply holds) holds none of the payout's later changes", async ({
     assert,
     cleanup,
   }) => {
@@ -370,24 +375,152 @@ test.group(`Ledger | apply (${TEST_DB})`, () => {
     const payoutId = randomUUID()
     const [created, processing] = trajectory(payoutId, 'completed')
     const completed = trajectory(payoutId, 'completed').at(-1)!
-    let unblock!: () => void
-    const hung = new Promise<void>((resolve) => (unblock = resolve))
-    cleanup(() => unblock())
+    // What the next apply's caller holds (a lock, a row) until its apply returns.
+    let release!: () => void
+    const held = new Promise<void>((resolve) => (release = resolve))
+    cleanup(() => release())
+    let entered!: () => void
+    const listening = new Promise<void>((resolve) => (entered = resolve))
     const told: string[] = []
+    // A lease of an hour: held behind the listener, the next apply would wait 20 minutes.
     const ledger = new PayoutLedger(
       db,
       {
         onChange: (change) => {
           told.push(change.current.status)
-          return change.current.status === 'processing' ? hung : undefined
+          if (change.current.status !== 'processing') return
+          entered()
+          return held
+        },
+      },
+      { notifyLeaseMs: 3_600_000 }
+    )
+    await ledger.apply(created)
+    const first = ledger.apply(processing)
+    await listening
+    await ledger.apply(completed)
+    release()
+    await first
+    assert.deepEqual(told, ['pending', 'processing', 'completed'])
+    assert.equal(tellingOrder.size, 0)
+  })
+
+  test("a payout's change waits for the one before it in the batch ahead for a third of its lease at most", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'tell-bound')
+    // A batch locks and tells in payout id order: `first`'s listener before `second`'s.
+    const [first, second] = [randomUUID(), randomUUID()].sort()
+    const [firstCreated] = trajectory(first, 'completed')
+    const [created, processing] = trajectory(second, 'completed')
+    const completed = trajectory(second, 'completed').at(-1)!
+    let release!: () => void
+    const hung = new Promise<void>((resolve) => (release = resolve))
+    cleanup(() => release())
+    const told: string[] = []
+    const ledger = new PayoutLedger(
+      db,
+      {
+        onChange: (change) => {
+          told.push(
+            `${change.payout.payoutUuid === first ? 'first' : 'second'} ${change.current.status}`
+          )
+          return change.payout.payoutUuid === first ? hung : undefined
         },
       },
       { notifyLeaseMs: 1_500 }
     )
     await ledger.apply(created)
-    void ledger.apply(processing)
+    // `second processing` waits in its batch behind `first`'s listener, which never returns.
+    void ledger.applyBatch([firstCreated, processing])
+    await toldYet(told, 'first pending')
     await ledger.apply(completed)
-    assert.deepEqual(told, ['pending', 'processing', 'completed'])
+    assert.deepEqual(told, ['second pending', 'first pending', 'second completed'])
+  })
+
+  test("a change waiting for its turn is held: this process's own sweep does not tell it too, however short its lease", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'tell-held')
+    const [first, second] = [randomUUID(), randomUUID()].sort()
+    const [firstCreated] = trajectory(first, 'completed')
+    const [created, processing] = trajectory(second, 'completed')
+    const completed = trajectory(second, 'completed').at(-1)!
+    let release!: () => void
+    const hung = new Promise<void>((resolve) => (release = resolve))
+    cleanup(() => release())
+    const told: string[] = []
+    const ledger = new PayoutLedger(
+      db,
+      {
+        onChange: (change) => {
+          told.push(
+            `${change.payout.payoutUuid === first ? 'first' : 'second'} ${change.current.status}`
+          )
+          return change.payout.payoutUuid === first ? hung : undefined
+        },
+      },
+      { notifyLeaseMs: 1_500 }
+    )
+    await ledger.apply(created)
+    void ledger.applyBatch([firstCreated, processing])
+    await toldYet(told, 'first pending')
+    // `completed` commits with its lease about over (a transaction that took most of it), and
+    // waits for its turn behind `second processing`, itself behind `first`'s listener.
+    let notified!: Promise<void>
+    await db.transaction(async (trx) => {
+      notified = (await ledger.applyBatchInTransaction(trx, [completed])).notified
+      await new Promise((resolve) => setTimeout(resolve, 1_400))
+    })
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    // Its lease ended, as the sweep reads the clock (SQLite and MySQL keep whole seconds).
+    const now = Date.now
+    cleanup(() => void (Date.now = now))
+    Date.now = () => now() + 2_000
+    const swept = await ledger.renotify({ olderThanMs: 60_000 })
+    await notified
+    assert.equal(swept, 0)
+    assert.deepEqual(
+      told.filter((heard) => heard === 'second completed'),
+      ['second completed']
+    )
+  })
+
+  test('an apply a listener makes for a payout behind it in its batch does not wait for its own batch', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'tell-in-batch')
+    const [first, second] = [randomUUID(), randomUUID()].sort()
+    const [firstCreated] = trajectory(first, 'completed')
+    const [created, processing] = trajectory(second, 'completed')
+    const completed = trajectory(second, 'completed').at(-1)!
+    const told: string[] = []
+    // A lease of an hour: were the listener's apply held behind its batch, 20 minutes.
+    const ledger: PayoutLedger = new PayoutLedger(
+      db,
+      {
+        onChange: async (change) => {
+          told.push(
+            `${change.payout.payoutUuid === first ? 'first' : 'second'} ${change.current.status}`
+          )
+          if (change.payout.payoutUuid === first) await ledger.apply(completed)
+        },
+      },
+      { notifyLeaseMs: 3_600_000 }
+    )
+    await ledger.apply(created)
+    await ledger.applyBatch([firstCreated, processing])
+    assert.deepEqual(told, [
+      'second pending',
+      'first pending',
+      // Applied and heard during `first`'s listener: before the batch's own, as said.
+      'second completed',
+      'second processing',
+    ])
+    assert.equal(tellingOrder.size, 0)
   })
 })
 

@@ -97,6 +97,40 @@ test.group(`payouts.fake() (${TEST_DB})`, () => {
     )
   })
 
+  test('a payouts:created listener that completes the payout through the fake: execute returns, every event heard in order', async ({
+    assert,
+    cleanup,
+  }) => {
+    let fake!: PayoutsFake
+    let completing: Promise<void> | undefined
+    // A lease and a listener bound of an hour: had the completion to wait for the listener
+    // that asked for it, it would wait 20 minutes.
+    const app = await startHttpApp(
+      cleanup,
+      {
+        events: { notifyLeaseMs: 3_600_000, listenerTimeoutMs: 3_600_000 },
+      } as Partial<PayoutsConfigInput>,
+      async (adonis) => {
+        const emitter = await adonis.container.make('emitter')
+        emitter.on('payouts:created', async (event: any) => {
+          completing ??= fake.complete(event.payoutId)
+          await completing
+        })
+      }
+    )
+    fake = await app.payouts.fake()
+    cleanup(() => app.payouts.restore())
+    const { payout } = await app.payouts.execute(fiat(fake))
+    await completing
+    assert.equal((await row(app, payout.payoutUuid)).status, 'completed')
+    const heard = app.events
+      .filter((event) => event.data?.payoutId === payout.payoutUuid)
+      .map((event) => event.name)
+    assert.equal(heard[0], 'payouts:created')
+    assert.equal(heard.filter((name) => name === 'payouts:completed').length, 1)
+    assert.equal(heard.at(-1), 'payouts:completed')
+  })
+
   test('an app in worker mode (the route only stores): the fake processes its inbox itself', async ({
     assert,
     cleanup,
