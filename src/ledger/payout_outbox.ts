@@ -172,7 +172,7 @@ export class PayoutOutbox {
     const latest = await this.#latestChange(result.payout)
     await turn?.ready()
     turn?.go()
-    if (latest) await tellingOrder.listening(() => listener.onOwnerAttached!(latest))
+    if (latest) await tellingOrder.listening(turn?.batch, () => listener.onOwnerAttached!(latest))
   }
 
   /**
@@ -191,7 +191,7 @@ export class PayoutOutbox {
     // Its payout's change committed before it reached the listener first (`TellingOrder`).
     await turn?.ready()
     turn?.go()
-    await tellingOrder.listening(() => listener.onChange!(change, deposit))
+    await tellingOrder.listening(turn?.batch, () => listener.onChange!(change, deposit))
   }
 
   /** The payout's last applied change, as the position it holds now. */

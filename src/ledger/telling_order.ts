@@ -3,11 +3,21 @@ import { AsyncLocalStorage } from 'node:async_hooks'
 /**
  * One change's place in its payout's order of telling: `ready()` says when the listener may
  * hear it (the payout's change before it reached its listener), `go()` that it is reaching
- * it now, or never will from here (skipped, let go, failed): the next one may go.
+ * it now, or never will from here (skipped, let go, failed): the next one may go. `batch`
+ * names the committed batch it belongs to (see `listening`).
  */
 export interface Turn {
   ready(): Promise<void> | undefined
   go(): void
+  readonly batch: object
+}
+
+/** A turn as the order keeps it: whether it went, and the turn of its payout before it. */
+interface Place {
+  went: Promise<void>
+  gone: boolean
+  batch: object
+  before?: Place
 }
 
 /**
@@ -25,44 +35,68 @@ export interface Turn {
  *
  * What is ordered is when the listener is called, not when it returns: a listener that is
  * slow, hangs, or itself waits for a later change of its payout (a test's `fake.complete()`
- * in a `payouts:created` listener) holds nothing back. A change waits only for the question
- * the change before it asks, and for the changes before that one in its own batch, which are
- * told one by one; so a wait is bounded (`waitMs`: the ledger gives a third of the lease),
- * and an apply made while a listener is called does not wait at all (`listening`): its change
- * may sit behind that very listener in its batch.
+ * in a `payouts:created` listener) holds nothing back. A change waits for the question the
+ * change before it asks, and for the changes ahead of that one in its own batch, which are
+ * told one by one. So a batch waits `waitMs` at most from its COMMIT, all its changes
+ * together (the ledger gives a third of the lease), and a change applied while a listener
+ * is called does not wait for its payout's changes still behind that very listener in its
+ * batch (`listening`): it would wait for itself. Either way it is then heard first.
  *
- * Not ordered: changes told by another process, and those the outbox sweep tells (a change
- * whose telling gave up goes there, and is heard after its payout's later ones).
+ * Not ordered: changes told by another process, those the outbox sweep tells (a change whose
+ * telling gave up goes there, and is heard after its payout's later ones), and what a
+ * listener does after it was called: a listener that awaits lets the next change's listener
+ * start (the notifier's later events of a change and its broadcast are such work).
  */
 export class TellingOrder {
-  /** Per payout (its connection, account and UUID), when its last change taken went. */
-  #last = new Map<string, Promise<void>>()
-  /** Set while a listener is called; `active` ends with the call. */
-  #listening = new AsyncLocalStorage<{ active: boolean }>()
+  /** Per payout (its connection, account and UUID), the last change's place taken. */
+  #last = new Map<string, Place>()
+  /** Set while a listener is called: the batch it is told from; `active` ends with the call. */
+  #listening = new AsyncLocalStorage<{ active: boolean; batch?: object }>()
 
   /**
    * The turns of a committed batch's changes, in its order, one per key (`null`: the outcome
    * tells nothing). Called from the commit hook, synchronously: the hooks' order is the
-   * commits' order.
+   * commits' order. The batch waits `waitMs` at most from now, all its changes together.
    */
   take(keys: Array<string | null>, waitMs: number): Array<Turn | undefined> {
-    const waits = this.#listening.getStore()?.active !== true
+    const store = this.#listening.getStore()
+    const told = store?.active ? store.batch : undefined
+    const batch = {}
+    const deadline = Date.now() + waitMs
     return keys.map((key) => {
       if (key === null) return undefined
-      const before = waits ? this.#last.get(key) : undefined
-      let go!: () => void
-      const went = new Promise<void>((resolve) => (go = resolve))
-      this.#last.set(key, went)
-      void went.then(() => {
-        if (this.#last.get(key) === went) this.#last.delete(key)
-      })
-      return { ready: () => before && bounded(before, waitMs), go }
+      const previous = this.#last.get(key)
+      let resolve!: () => void
+      const place: Place = {
+        went: new Promise<void>((done) => (resolve = done)),
+        gone: false,
+        batch,
+        before: previous?.gone === false ? previous : undefined,
+      }
+      this.#last.set(key, place)
+      // Not behind the listener being called now: were it, it would wait for this apply.
+      const waitsFor = place.before && !(told && behind(place.before, told)) ? place.before : null
+      return {
+        batch,
+        ready: () =>
+          waitsFor && !waitsFor.gone ? bounded(waitsFor.went, deadline - Date.now()) : undefined,
+        go: () => {
+          if (place.gone) return
+          place.gone = true
+          place.before = undefined
+          resolve()
+          if (this.#last.get(key) === place) this.#last.delete(key)
+        },
+      }
     })
   }
 
-  /** Calls a listener; an apply it makes during the call takes turns that do not wait. */
-  async listening<T>(call: () => T | Promise<T>): Promise<T> {
-    const store = { active: true }
+  /**
+   * Calls a listener, told from `batch`: a change applied during the call does not wait for
+   * its payout's changes still behind that listener in that batch (they wait for the call).
+   */
+  async listening<T>(batch: object | undefined, call: () => T | Promise<T>): Promise<T> {
+    const store = { active: true, batch }
     try {
       return await this.#listening.run(store, call)
     } finally {
@@ -76,8 +110,15 @@ export class TellingOrder {
   }
 }
 
-/** Settles when `went` does, or after `ms`. */
+/** Whether `place`, or a turn of its payout it waits for, belongs to `batch` and has not gone. */
+function behind(place: Place | undefined, batch: object): boolean {
+  for (let at = place; at && !at.gone; at = at.before) if (at.batch === batch) return true
+  return false
+}
+
+/** Settles when `went` does, or after `ms` (at once when it is not above 0). */
 function bounded(went: Promise<void>, ms: number): Promise<void> {
+  if (ms <= 0) return Promise.resolve()
   let timer: NodeJS.Timeout | undefined
   const late = new Promise<void>((resolve) => {
     timer = setTimeout(resolve, ms)

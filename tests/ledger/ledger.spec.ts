@@ -488,6 +488,88 @@ test.group(`Ledger | apply (${TEST_DB})`, () => {
     )
   })
 
+  test("an apply a listener makes still waits for its payout's change in another batch", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'tell-other-batch')
+    const [first, second] = [randomUUID(), randomUUID()].sort()
+    const [firstCreated] = trajectory(first, 'completed')
+    const [created, processing] = trajectory(second, 'completed')
+    const completed = trajectory(second, 'completed').at(-1)!
+    let go!: () => void
+    const batchCommitted = new Promise<void>((resolve) => (go = resolve))
+    const told: string[] = []
+    const ledger: PayoutLedger = new PayoutLedger(
+      db,
+      {
+        onChange: async (change) => {
+          const name = change.payout.payoutUuid === first ? 'first' : 'second'
+          told.push(`${name} ${change.current.status}`)
+          if (name === 'first') {
+            go()
+            // `second processing` waits behind this listener in its batch, for 300 ms.
+            await new Promise((resolve) => setTimeout(resolve, 300))
+          } else if (change.current.status === 'pending') {
+            // Its apply is behind another batch's change of its payout, not behind this call.
+            await batchCommitted
+            await ledger.apply(completed)
+          }
+        },
+      },
+      { notifyLeaseMs: 3_600_000 }
+    )
+    const one = ledger.apply(created)
+    await toldYet(told, 'second pending')
+    await ledger.applyBatch([firstCreated, processing])
+    await one
+    assert.deepEqual(told, [
+      'second pending',
+      'first pending',
+      'second processing',
+      'second completed',
+    ])
+  })
+
+  test('the changes of a batch wait a third of their lease at most, all together', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'tell-batch-bound')
+    const [hanging, ...payouts] = Array.from({ length: 7 }, () => randomUUID()).sort()
+    let release!: () => void
+    const hung = new Promise<void>((resolve) => (release = resolve))
+    cleanup(() => release())
+    const told: string[] = []
+    const leaseMs = 1_500
+    const ledger = new PayoutLedger(
+      db,
+      {
+        onChange: (change) => {
+          told.push(`${change.payout.payoutUuid} ${change.current.status}`)
+          return change.payout.payoutUuid === hanging ? hung : undefined
+        },
+      },
+      { notifyLeaseMs: leaseMs }
+    )
+    await ledger.applyBatch(payouts.map((id) => trajectory(id, 'completed')[0]))
+    // Each payout's `processing` waits, in its batch, behind a listener that never returns.
+    void ledger.applyBatch([
+      trajectory(hanging, 'completed')[0],
+      ...payouts.map((id) => trajectory(id, 'completed')[1]),
+    ])
+    await toldYet(told, `${hanging} pending`)
+    const started = Date.now()
+    await ledger.applyBatch(payouts.map((id) => trajectory(id, 'completed').at(-1)!))
+    // Six changes, each behind one there: had each waited its third of the lease in turn,
+    // 3 s; together, 0.5 s.
+    assert.isBelow(Date.now() - started, leaseMs)
+    assert.sameMembers(
+      told.filter((heard) => heard.endsWith('completed')),
+      payouts.map((id) => `${id} completed`)
+    )
+  })
+
   test('an apply a listener makes for a payout behind it in its batch does not wait for its own batch', async ({
     assert,
     cleanup,
