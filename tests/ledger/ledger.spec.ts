@@ -84,6 +84,41 @@ async function toldYet(told: string[], what: string) {
   while (!told.includes(what)) await new Promise((resolve) => setTimeout(resolve, 5))
 }
 
+/**
+ * Two payouts, `first` before `second` in id order (a batch locks and tells in that order),
+ * a ledger whose listener never returns for `first` (lease 1.5 s), and `second processing`
+ * committed in a batch behind `first pending`: it waits there for that listener.
+ */
+async function behindAHungListener(
+  cleanup: (fn: () => Promise<void> | void) => void,
+  name: string
+) {
+  const { db } = await setupDatabase(cleanup, name)
+  const [first, second] = [randomUUID(), randomUUID()].sort()
+  const [firstCreated] = trajectory(first, 'completed')
+  const [created, processing] = trajectory(second, 'completed')
+  let release!: () => void
+  const hung = new Promise<void>((resolve) => (release = resolve))
+  cleanup(() => release())
+  const told: string[] = []
+  const ledger = new PayoutLedger(
+    db,
+    {
+      onChange: (change) => {
+        told.push(
+          `${change.payout.payoutUuid === first ? 'first' : 'second'} ${change.current.status}`
+        )
+        return change.payout.payoutUuid === first ? hung : undefined
+      },
+    },
+    { notifyLeaseMs: 1_500 }
+  )
+  await ledger.apply(created)
+  void ledger.applyBatch([firstCreated, processing])
+  await toldYet(told, 'first pending')
+  return { db, ledger, told, completed: trajectory(second, 'completed').at(-1)! }
+}
+
 /** A fresh database, and ledgers on it that record every change they notify. */
 async function recordingLedger(cleanup: (fn: () => Promise<void>) => void, name: string) {
   const { db } = await setupDatabase(cleanup, name)
@@ -409,32 +444,7 @@ test.group(`Ledger | apply (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db } = await setupDatabase(cleanup, 'tell-bound')
-    // A batch locks and tells in payout id order: `first`'s listener before `second`'s.
-    const [first, second] = [randomUUID(), randomUUID()].sort()
-    const [firstCreated] = trajectory(first, 'completed')
-    const [created, processing] = trajectory(second, 'completed')
-    const completed = trajectory(second, 'completed').at(-1)!
-    let release!: () => void
-    const hung = new Promise<void>((resolve) => (release = resolve))
-    cleanup(() => release())
-    const told: string[] = []
-    const ledger = new PayoutLedger(
-      db,
-      {
-        onChange: (change) => {
-          told.push(
-            `${change.payout.payoutUuid === first ? 'first' : 'second'} ${change.current.status}`
-          )
-          return change.payout.payoutUuid === first ? hung : undefined
-        },
-      },
-      { notifyLeaseMs: 1_500 }
-    )
-    await ledger.apply(created)
-    // `second processing` waits in its batch behind `first`'s listener, which never returns.
-    void ledger.applyBatch([firstCreated, processing])
-    await toldYet(told, 'first pending')
+    const { ledger, told, completed } = await behindAHungListener(cleanup, 'tell-bound')
     await ledger.apply(completed)
     assert.deepEqual(told, ['second pending', 'first pending', 'second completed'])
   })
@@ -443,30 +453,7 @@ test.group(`Ledger | apply (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db } = await setupDatabase(cleanup, 'tell-held')
-    const [first, second] = [randomUUID(), randomUUID()].sort()
-    const [firstCreated] = trajectory(first, 'completed')
-    const [created, processing] = trajectory(second, 'completed')
-    const completed = trajectory(second, 'completed').at(-1)!
-    let release!: () => void
-    const hung = new Promise<void>((resolve) => (release = resolve))
-    cleanup(() => release())
-    const told: string[] = []
-    const ledger = new PayoutLedger(
-      db,
-      {
-        onChange: (change) => {
-          told.push(
-            `${change.payout.payoutUuid === first ? 'first' : 'second'} ${change.current.status}`
-          )
-          return change.payout.payoutUuid === first ? hung : undefined
-        },
-      },
-      { notifyLeaseMs: 1_500 }
-    )
-    await ledger.apply(created)
-    void ledger.applyBatch([firstCreated, processing])
-    await toldYet(told, 'first pending')
+    const { db, ledger, told, completed } = await behindAHungListener(cleanup, 'tell-held')
     // `completed` commits with its lease about over (a transaction that took most of it), and
     // waits for its turn behind `second processing`, itself behind `first`'s listener.
     let notified!: Promise<void>

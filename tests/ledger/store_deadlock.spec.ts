@@ -29,6 +29,18 @@ const FILLERS = Array.from({ length: 10 }, (_, index) => ({
   source: 'webhook' as const,
 }))
 
+/** The execute path's intents on `db`, unbounded, the window of a day. */
+function intentsOn(db: Awaited<ReturnType<typeof setupDatabase>>['db']) {
+  return new ExecutionIntents({
+    db,
+    account: 'main',
+    transactionTimeoutMs: 0,
+    idempotencyWindowMs: 24 * 3_600_000,
+    safetyMarginMs: 3_600_000,
+    now: () => DateTime.utc(),
+  })
+}
+
 /** A deadlock's victim, as the driver reports it (MySQL's code; PostgreSQL's is 40P01). */
 const deadlock = () =>
   Object.assign(new Error('Deadlock found when trying to get lock'), {
@@ -201,14 +213,7 @@ test.group(`Ledger | the store of an execute as a deadlock's victim (${TEST_DB})
     cleanup,
   }) => {
     const { db } = await setup(cleanup)
-    const intents = new ExecutionIntents({
-      db,
-      account: 'main',
-      transactionTimeoutMs: 0,
-      idempotencyWindowMs: 24 * 3_600_000,
-      safetyMarginMs: 3_600_000,
-      now: () => DateTime.utc(),
-    })
+    const intents = intentsOn(db)
     // The insert: its first run is rolled back after its INSERT; the second stores one row.
     let runs = 0
     const intent = await intents.write('test intent', async (trx) => {
@@ -276,14 +281,7 @@ test.group(`Ledger | the store of an execute as a deadlock's victim (${TEST_DB})
     cleanup,
   }) => {
     const { db } = await setupDatabase(cleanup, 'claim-deadlock')
-    const intents = new ExecutionIntents({
-      db,
-      account: 'main',
-      transactionTimeoutMs: 0,
-      idempotencyWindowMs: 24 * 3_600_000,
-      safetyMarginMs: 3_600_000,
-      now: () => DateTime.utc(),
-    })
+    const intents = intentsOn(db)
     const intent = await ExecutionIntent.create({
       idempotencyKey: `claim-deadlock-${Date.now()}`,
       flow: 'fiat',
