@@ -24,10 +24,9 @@
  * where they can (tests/helpers/database.ts, SQLITE_FOLDER). On a slow 2-core machine the run
  * took 6 min 0-9 s before both, 4 min 51 s - 5 min 4 s with the hooks, 4 min 23 s with both.
  * On a faster one, 3 min 7-18 s four at a time and 2 min 54-58 s six at a time (TEST_JOBS=6),
- * its processes using 1.5 and 1.7 of the 2 cores. Six is not the default: under that load on
- * MariaDB a later change of a payout was once told before an earlier one (ledger.spec.ts, 20
- * observations of one payout at once), a race not fixed yet. The summary gives the run's CPU
- * seconds, and each unit's line its own.
+ * its processes using 1.5 and 1.7 of the 2 cores. Six is not the default: on a machine half
+ * as fast, six took 6 min 41 s where four took 5 min 28 s, the cores already full. The summary
+ * gives the run's CPU seconds, and each unit's line its own.
  *
  * TEST_DB (sqlite, pg, mysql) reaches every process. Nothing a process owns is shared: its
  * SQLite files are named by its pid, its server tables by a random prefix, its scratch folder
