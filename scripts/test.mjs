@@ -14,6 +14,7 @@
  *   npm test                               every spec file, TEST_JOBS at a time
  *   npm test -- --files=tests/x.spec.ts    one Japa process with these arguments
  *   TEST_JOBS=1 npm test                   one Japa process for the whole suite
+ *   TEST_JOBS_MAX=4 npm test               never more than TEST_JOBS at a time
  *
  * Every Node process of the run (Japa's, and the child processes its tests start, hundreds of
  * them) shares V8's compile cache (NODE_COMPILE_CACHE, unless set already): most of a child's
@@ -25,8 +26,14 @@
  * took 6 min 0-9 s before both, 4 min 51 s - 5 min 4 s with the hooks, 4 min 23 s with both.
  * On a faster one, 3 min 7-18 s four at a time and 2 min 54-58 s six at a time (TEST_JOBS=6),
  * its processes using 1.5 and 1.7 of the 2 cores. Six is not the default: on a machine half
- * as fast, six took 6 min 41 s where four took 5 min 28 s, the cores already full. The summary
- * gives the run's CPU seconds, and each unit's line its own.
+ * as fast, six took 6 min 41 s where four took 5 min 28 s, the cores already full.
+ *
+ * So the count follows the cores instead: TEST_JOBS units always run, and one more starts
+ * whenever half a core or more stayed idle over the last 4 s, up to TEST_JOBS_MAX (twice
+ * TEST_JOBS). On a machine whose cores are full it stays at four; where units wait, others
+ * fill the time. On a fast 2-core machine, from a fresh clone (the example app's install from
+ * the registry included): 3 min 33 s four at a time, 2 min 54 s with the extra units (up to 8,
+ * 1.7 of the 2 cores). The summary gives the run's CPU seconds, and each unit's line its own.
  *
  * TEST_DB (sqlite, pg, mysql) reaches every process. Nothing a process owns is shared: its
  * SQLite files are named by its pid, its server tables by a random prefix, its scratch folder
@@ -61,6 +68,12 @@ const UNIT_LIMIT_MS = Number(process.env.TEST_UNIT_LIMIT_MS ?? 20 * 60_000)
 const args = process.argv.slice(2)
 process.env.NODE_COMPILE_CACHE ??= join(tmpdir(), 'svc-payouts-compile-cache')
 const jobs = Math.max(1, Number(process.env.TEST_JOBS ?? 4) || 1)
+/** Units running at most, `jobs` and the extra ones the idle cores take (TEST_JOBS_MAX). */
+const maxJobs = Math.max(jobs, Number(process.env.TEST_JOBS_MAX ?? jobs * 2) || jobs)
+/** An extra unit starts when this many cores stayed idle over the last EXTRA_EVERY_MS… */
+const EXTRA_IDLE_CORES = 0.5
+/** …and this long after the last extra one started (its boot shows in the cores' load). */
+const EXTRA_EVERY_MS = 4000
 const startedAt = Date.now()
 const children = new Set()
 /** The CPU seconds of the children reaped, at the last `reapedCpuSince()`. */
@@ -97,19 +110,45 @@ async function runAll() {
     const index = waiting.findIndex((unit) => installed || !unit.demo)
     return index === -1 ? null : waiting.splice(index, 1)[0]
   }
+  const idleCores = idleCoresMeter()
+  /** The most units that ran at once. */
+  let peak = jobs
   await new Promise((resolve) => {
     let running = 0
-    const fill = () => {
-      while (running < jobs) {
+    /** When the last unit beyond `jobs` started. */
+    let extraAt = 0
+    // Beyond `jobs`, one more unit at a time while the cores have stayed partly idle (units
+    // waiting on leases, timers, child processes, a browser), up to `maxJobs`.
+    const idleSeen = []
+    const watch = setInterval(() => {
+      // The idle cores of each second, the last EXTRA_EVERY_MS of them averaged.
+      idleSeen.push(idleCores())
+      if (idleSeen.length > EXTRA_EVERY_MS / 1000) idleSeen.shift()
+      if (running < jobs || running >= maxJobs || Date.now() - extraAt < EXTRA_EVERY_MS) return
+      if (idleSeen.includes(null) || idleSeen.length < EXTRA_EVERY_MS / 1000) return
+      const idle = idleSeen.reduce((sum, cores) => sum + cores, 0) / idleSeen.length
+      if (idle < EXTRA_IDLE_CORES) return
+      if (fill(running + 1) > 0) {
+        extraAt = Date.now()
+        peak = Math.max(peak, running)
+      }
+    }, 1000)
+    /** Starts units while fewer than `limit` run; returns how many it started. */
+    const fill = (limit = jobs) => {
+      let started = 0
+      while (running < limit) {
         const unit = install && !install.started ? install : next()
         if (!unit) break
         running++
+        started++
         const id = ++slot
         const done = (result) => {
           running--
           results.push(result)
-          if (waiting.length === 0 && running === 0) resolve()
-          else fill()
+          if (waiting.length === 0 && running === 0) {
+            clearInterval(watch)
+            resolve()
+          } else fill()
         }
         if (unit.install) {
           unit.started = true
@@ -128,6 +167,7 @@ async function runAll() {
           runUnit(unit, id, folder).then(done)
         }
       }
+      return started
     }
     fill()
   })
@@ -151,7 +191,8 @@ async function runAll() {
   const ok = broken.length === 0 && total.failed === 0
   process.stdout.write(`\n${ok ? ' PASSED ' : ' FAILED '}\n\n`)
   process.stdout.write(`Tests  ${parts.join(', ')} (${all})\n`)
-  process.stdout.write(` Time  ${Math.floor(seconds / 60)}m ${seconds % 60}s (${jobs} at a time)\n`)
+  const extra = peak > jobs ? `, up to ${peak} while cores were idle` : ''
+  process.stdout.write(` Time  ${Math.floor(seconds / 60)}m ${seconds % 60}s (${jobs} at a time${extra})\n`)
   const cpu = results.reduce((sum, result) => sum + (result.cpuS ?? 0), 0)
   if (cpu > 0) {
     const cores = `${(cpu / seconds).toFixed(1)} of ${availableParallelism()} cores`
@@ -257,6 +298,29 @@ function reapedCpuSince() {
     return since
   } catch {
     return null
+  }
+}
+
+/**
+ * A function that returns how many cores were idle, on average, since its last call (idle
+ * and waiting for I/O, from /proc/stat); null where there is no /proc/stat.
+ */
+function idleCoresMeter() {
+  const read = () => {
+    try {
+      const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number)
+      return { total: fields.reduce((a, b) => a + b, 0), idle: fields[3] + (fields[4] ?? 0) }
+    } catch {
+      return null
+    }
+  }
+  let last = read()
+  return () => {
+    const now = read()
+    if (!now || !last || now.total === last.total) return null
+    const idle = ((now.idle - last.idle) / (now.total - last.total)) * availableParallelism()
+    last = now
+    return idle
   }
 }
 
