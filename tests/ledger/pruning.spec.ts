@@ -243,6 +243,62 @@ test.group(`Pruning (${TEST_DB})`, () => {
     )
   })
 
+  test('batches by id start after the last id read: kept intents before them are not read again', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, prefix } = await setupDatabase(cleanup, 'pruning')
+    const old = ago(30 * DAY)
+    // Kept (an app's key to its payout) and removable intents, interleaved by id.
+    for (const [kept, removable] of [
+      [3, 2],
+      [3, 2],
+      [1, 1],
+    ]) {
+      await intents(db, prefix, kept, 'succeeded', old, 'app')
+      await intents(db, prefix, removable, 'refused', old, 'app')
+    }
+    const table = tableNames(prefix).executionIntents
+    const keptIds = (await db.connection().from(table).where('state', 'succeeded').select('id'))
+      .map((row) => Number(row.id))
+      .sort((a, b) => a - b)
+    // Each SELECT of ids, its bindings and the ids it answered.
+    const selects: Array<{ bindings: unknown[]; ids: number[] }> = []
+    let recording = true
+    db.connection()
+      .getWriteClient()
+      .on('query-response', (response: unknown, query: { sql: string; bindings?: unknown[] }) => {
+        if (!recording || !/^select/i.test(query.sql.trim()) || !query.sql.includes(table)) return
+        const rows = (Array.isArray(response) ? response : []) as Array<{ id: number | string }>
+        selects.push({ bindings: query.bindings ?? [], ids: rows.map((row) => Number(row.id)) })
+      })
+
+    const summary = await pruner(db, prefix, 2).prune()
+    recording = false
+
+    assert.equal(summary.finishedIntents, 5)
+    const left = await db.connection().from(table).select('id', 'state').orderBy('id')
+    assert.deepEqual(
+      left.map((row) => Number(row.id)),
+      keptIds,
+      'every kept intent stays, every removable one went'
+    )
+    assert.deepEqual(
+      selects.map((select) => select.ids.length),
+      [2, 2, 1]
+    )
+    // Each batch after the first asks only for ids above the last one the batch before read.
+    for (let i = 1; i < selects.length; i++) {
+      const last = selects[i - 1].ids.at(-1)!
+      assert.include(
+        selects[i].bindings.map(Number),
+        last,
+        `batch ${i + 1} is bounded below by ${last}`
+      )
+      assert.isTrue(selects[i].ids.every((id) => id > last))
+    }
+  })
+
   test('batches are bounded: batch size 2 over 5 rows is 3 DELETE statements of at most 2 ids', async ({
     assert,
     cleanup,
