@@ -1,5 +1,6 @@
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
-import { skipsLockedRows } from '../database/dialects.ts'
+import { isSqlite, skipsLockedRows } from '../database/dialects.ts'
+import { writingWithoutBlocking } from '../database/sqlite_lock_wait.ts'
 import { dbDate } from '../database/dates.ts'
 import { withDeadline } from '../time_bounds.ts'
 import { traceParentOrNull } from '../tracing/trace_parent.ts'
@@ -156,7 +157,9 @@ export class InboxInserts {
     // arrive together (its step after step) must be applied in the order they came.
     const rows = [...firstIndex.values()].map((index) => this.#row(inputs[index], receivedAt))
     const stored = batches(this.context, client)
-      ? await this.#retryingDeadlocks(client, expired, () => this.#insertReturning(client, rows))
+      ? await this.#retryingDeadlocks(client, expired, () =>
+          this.#insertReturning(client, rows, expired)
+        )
       : await this.#insertIgnoring(client, rows, expired)
     return inputs.map((input, index) =>
       firstIndex.get(input.deliveryId) === index && stored.has(input.deliveryId)
@@ -168,18 +171,29 @@ export class InboxInserts {
   /**
    * The delivery ids one `INSERT ... ON CONFLICT DO NOTHING RETURNING` stored. The conflict
    * target is the unique key, `(account, delivery_id)`: every row here is of this account,
-   * so a returned id is one of its own.
+   * so a returned id is one of its own. On SQLite, while another process holds the file's
+   * write lock (a worker's batch), the statement waits for it off the event loop
+   * (`writingWithoutBlocking`), until the insert's bound (`expired`).
    */
-  async #insertReturning(client: QueryClientContract, rows: Array<{ delivery_id: string }>) {
-    const inserted: Array<{ delivery_id: string }> = await this.#statementTimeout(
-      client
+  async #insertReturning(
+    client: QueryClientContract,
+    rows: Array<{ delivery_id: string }>,
+    expired: AbortSignal
+  ) {
+    const insert = (connection?: unknown) => {
+      const query = client
         .knexQuery()
         .table(this.context.table)
         .insert(rows)
         .onConflict(['account', 'delivery_id'])
         .ignore()
         .returning('delivery_id')
-    )
+      if (connection) query.connection(connection)
+      return this.#statementTimeout(query) as unknown as Promise<Array<{ delivery_id: string }>>
+    }
+    const inserted = isSqlite(client)
+      ? await writingWithoutBlocking(client, insert, { again: () => !expired.aborted })
+      : await insert()
     return new Set(inserted.map((row) => row.delivery_id))
   }
 
