@@ -3,6 +3,7 @@ import { createRequire } from 'node:module'
 import { test } from '@japa/runner'
 import { tableNames } from '../../src/database/schema.ts'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
+import { writingWithoutBlocking } from '../../src/database/sqlite_lock_wait.ts'
 import { connectionConfig, setupDatabase, sqlitePath, TEST_DB } from '../helpers/database.ts'
 
 /** The driver the app's connection uses, opened here as another process would. */
@@ -23,20 +24,39 @@ const delivery = (deliveryId: string) => ({
  * An inbox on its own SQLite file in WAL mode, its connection with `busyTimeoutMs` (as
  * docs/production.md sets it), and a second connection to the file: the worker process's.
  */
-async function lockedInbox(cleanup: Cleanup, name: string, busyTimeoutMs: number) {
+async function lockedInbox(
+  cleanup: Cleanup,
+  name: string,
+  busyTimeoutMs: number,
+  options: { insertTimeoutMs?: number } = {}
+) {
   const filename = sqlitePath(`${name}-${process.pid}.sqlite`)
   const remove = () => {
     for (const suffix of ['', '-wal', '-shm']) rmSync(filename + suffix, { force: true })
   }
   remove()
+  let locked = 0
   const { db, prefix } = await setupDatabase(cleanup, name, {
     connection: {
       ...connectionConfig(name),
       connection: { filename },
       pool: {
-        afterCreate: (conn: { pragma(sql: string): unknown }, done: () => void) => {
+        afterCreate: (
+          conn: { pragma(sql: string): unknown; exec(sql: string): unknown },
+          done: () => void
+        ) => {
           conn.pragma('journal_mode = WAL')
           conn.pragma(`busy_timeout = ${busyTimeoutMs}`)
+          // Every statement run through `exec` and refused as locked, counted.
+          const exec = conn.exec.bind(conn)
+          conn.exec = (sql: string) => {
+            try {
+              return exec(sql)
+            } catch (error) {
+              if (String((error as { code?: string }).code).startsWith('SQLITE_BUSY')) locked++
+              throw error
+            }
+          }
           done()
         },
       },
@@ -49,7 +69,14 @@ async function lockedInbox(cleanup: Cleanup, name: string, busyTimeoutMs: number
     remove()
   })
   const table = tableNames(prefix).webhookDeliveries
-  return { db, other, table, store: new InboxStore(db, table) }
+  return {
+    db,
+    other,
+    table,
+    store: new InboxStore(db, table, undefined, options),
+    /** How many times a write of the app's connection was refused as locked so far. */
+    refusals: () => locked,
+  }
 }
 
 /** Counts the event loop's turns from now: how often a 5 ms timer fired. */
@@ -122,6 +149,71 @@ if (TEST_DB === 'sqlite') {
         assert.equal(Object.values(setting)[0], 200)
         // And the next delivery goes in once the lock is free.
         assert.equal(await store.insert(delivery('d-after')), 'stored')
+      })
+
+      test('an insert given up at its deadline runs no more: the lock freed right after, nothing is stored', async ({
+        assert,
+        cleanup,
+      }) => {
+        const { db, other, table, store } = await lockedInbox(cleanup, 'lockwait_deadline', 5000, {
+          insertTimeoutMs: 100,
+        })
+        other.exec('BEGIN IMMEDIATE')
+        // The other process commits the moment the waiter hears its timeout: a run after that
+        // would store the row of a delivery answered 503.
+        const error = await store.insert(delivery('d-given-up')).then(
+          () => null,
+          (failed: { code?: string }) => {
+            other.exec('COMMIT')
+            return failed
+          }
+        )
+        assert.equal(error?.code, 'E_PAYOUTS_TIMEOUT')
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        const rows = await db.connection().from(table).count('* as n')
+        assert.equal(Number(rows[0].n), 0, 'nothing stored after its waiters were failed')
+        // The next delivery goes in.
+        assert.equal(await store.insert(delivery('d-next')), 'stored')
+      })
+
+      test('behind a lock held 300 ms the lock is asked for a few dozen times, not every millisecond, and the insert runs once', async ({
+        assert,
+        cleanup,
+      }) => {
+        const { db, other, store, refusals } = await lockedInbox(cleanup, 'lockwait_polls', 5000)
+        const statements: string[] = []
+        db.connection()
+          .getWriteClient()
+          .on('query', (query: { sql: string }) => void statements.push(query.sql))
+        other.exec('BEGIN IMMEDIATE')
+        setTimeout(() => other.exec('COMMIT'), 300)
+        assert.equal(await store.insert(delivery('d-polled')), 'stored')
+        // 1, 2, then every 4 ms: about 75 asks at most in 300 ms; every millisecond, about 300.
+        const asked = refusals()
+        assert.isAbove(asked, 3)
+        assert.isAtMost(asked, 100, `${asked} asks`)
+        // The lock is what is asked for: the insert itself was built and run once.
+        assert.lengthOf(
+          statements.filter((sql) => /^insert/i.test(sql)),
+          1
+        )
+      })
+
+      test('another SQLite driver, or a transaction, runs the write as it is, once', async ({
+        assert,
+      }) => {
+        const runs: unknown[] = []
+        const write = async (connection: unknown) => {
+          runs.push(connection)
+          return 'written'
+        }
+        const sqlite3 = { isTransaction: false, dialect: { name: 'sqlite3' } }
+        const libsql = { isTransaction: false, dialect: { name: 'libsql' } }
+        const trx = { isTransaction: true, dialect: { name: 'better-sqlite3' } }
+        for (const client of [sqlite3, libsql, trx]) {
+          assert.equal(await writingWithoutBlocking(client as any, write), 'written')
+        }
+        assert.deepEqual(runs, [undefined, undefined, undefined])
       })
     }
   )
