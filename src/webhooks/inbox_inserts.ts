@@ -192,7 +192,7 @@ export class InboxInserts {
       return this.#statementTimeout(query) as unknown as Promise<Array<{ delivery_id: string }>>
     }
     const inserted = isSqlite(client)
-      ? await writingWithoutBlocking(client, insert, { again: () => !expired.aborted })
+      ? await writingWithoutBlocking(client, insert, { signal: expired })
       : await insert()
     return new Set(inserted.map((row) => row.delivery_id))
   }
