@@ -17,6 +17,7 @@ import { InboxStore, type InboxStoreOptions } from '../../src/webhooks/inbox_sto
 import { SecretStore, type SecretCipher } from '../../src/webhooks/secret_store.ts'
 import { TEST_API_KEY } from '../helpers/app.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { inboxDelivery as delivery } from '../helpers/inbox.ts'
 
 /**
  * Two accounts over the same tables: `main` (a store built without an account, as every
@@ -25,15 +26,6 @@ import { setupDatabase, TEST_DB } from '../helpers/database.ts'
  */
 const OTHER = 'beta'
 const logger = new Logger({ enabled: false })
-
-/** A payout.created delivery (the store does not verify). */
-const delivery = (deliveryId: string) => ({
-  deliveryId,
-  eventType: 'payout.created',
-  rawBody: Buffer.from(JSON.stringify({ type: 'payout.created', data: { payoutId: deliveryId } })),
-  signatureHeader: 't=1,v1=x',
-  source: 'webhook' as const,
-})
 
 /** The inbox of `main` and of `beta` on one fresh table. */
 async function twoInboxes(

@@ -10,6 +10,7 @@ import {
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
 import { PermanentEventError } from '../../src/webhooks/event_mapper.ts'
 import { recordStatements, setupDatabase, TEST_DB } from '../helpers/database.ts'
+import { inboxDelivery as delivery } from '../helpers/inbox.ts'
 
 /** A processor whose applier is the test's own `applyOne` (and `applyBatch`). */
 function processorOf({
@@ -21,15 +22,6 @@ function processorOf({
 }
 
 const logger = new Logger({ enabled: false })
-/** A signed-looking delivery of a payout.created event (the store does not verify). */
-const delivery = (deliveryId: string, data: object = { payoutId: deliveryId }) => ({
-  deliveryId,
-  eventType: 'payout.created',
-  rawBody: Buffer.from(JSON.stringify({ type: 'payout.created', data })),
-  signatureHeader: 't=1,v1=x',
-  source: 'webhook' as const,
-})
-
 /** A fresh inbox table, and a store on it (row by row when asked: a failed batch's path). */
 async function freshInbox(
   cleanup: (fn: () => Promise<void>) => void,

@@ -8,20 +8,12 @@ import { tableNames } from '../../src/database/schema.ts'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
 import { setupDatabase, TEST_DB } from '../helpers/database.ts'
 import { nextWaiter, ONE_WRITER, otherTransaction } from '../helpers/deadlocks.ts'
+import { inboxDelivery as delivery } from '../helpers/inbox.ts'
 
 /**
  * Real deadlocks between the inbox's batch insert and another instance's transaction (see
  * tests/helpers/deadlocks.ts for how the plugin's side is made the victim).
  */
-
-/** A signed-looking delivery (the store does not verify). */
-const delivery = (deliveryId: string) => ({
-  deliveryId,
-  eventType: 'payout.created',
-  rawBody: Buffer.from(JSON.stringify({ type: 'payout.created', data: { payoutId: deliveryId } })),
-  signatureHeader: 't=1,v1=x',
-  source: 'webhook' as const,
-})
 
 /** Rows written by the other transaction so that it weighs more than the plugin's batch. */
 const FILLERS = Array.from({ length: 10 }, (_, index) => `z-filler-${index}`)

@@ -5,20 +5,12 @@ import { tableNames } from '../../src/database/schema.ts'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
 import { writingWithoutBlocking } from '../../src/database/sqlite_lock_wait.ts'
 import { connectionConfig, setupDatabase, sqlitePath, TEST_DB } from '../helpers/database.ts'
+import { inboxDelivery as delivery } from '../helpers/inbox.ts'
 
 /** The driver the app's connection uses, opened here as another process would. */
 const Database = createRequire(import.meta.url)('better-sqlite3')
 
 type Cleanup = (fn: () => Promise<void> | void) => void
-
-/** A signed-looking delivery (the store does not verify). */
-const delivery = (deliveryId: string) => ({
-  deliveryId,
-  eventType: 'payout.created',
-  rawBody: Buffer.from(JSON.stringify({ type: 'payout.created', data: { payoutId: deliveryId } })),
-  signatureHeader: 't=1,v1=x',
-  source: 'webhook' as const,
-})
 
 /**
  * An inbox on its own SQLite file in WAL mode, its connection with `busyTimeoutMs` (as
@@ -82,6 +74,16 @@ async function lockedInbox(
   }
 }
 
+/** Commits the other connection's transaction `ms` from now; resolves with when it did. */
+function commitIn(other: { exec(sql: string): unknown }, ms: number) {
+  return new Promise<number>((resolve) =>
+    setTimeout(() => {
+      other.exec('COMMIT')
+      resolve(performance.now())
+    }, ms)
+  )
+}
+
 /** Counts the event loop's turns from now: how often a 5 ms timer fired. */
 function turnsCounter() {
   let turns = 0
@@ -108,12 +110,7 @@ test.group(
       other.exec('BEGIN IMMEDIATE')
       // Freed by a timer of this process: a write that waited on the event loop would hold
       // the timer back, and the lock with it, until its busy timeout (5 s) failed it.
-      const freed = new Promise<number>((resolve) =>
-        setTimeout(() => {
-          other.exec('COMMIT')
-          resolve(performance.now())
-        }, 300)
-      )
+      const freed = commitIn(other, 300)
       const turns = turnsCounter()
       const startedAt = performance.now()
       const outcome = await store.insert(delivery('d-behind-lock'))
@@ -239,12 +236,7 @@ test.group(
       // waits until the reader ends, freed here by a timer.
       other.exec('BEGIN')
       other.prepare(`select count(*) from "${table}"`).get()
-      const freed = new Promise<number>((resolve) =>
-        setTimeout(() => {
-          other.exec('COMMIT')
-          resolve(performance.now())
-        }, 300)
-      )
+      const freed = commitIn(other, 300)
       const turns = turnsCounter()
       const outcome = await store.insert(delivery('d-behind-reader'))
       const storedAt = performance.now()
