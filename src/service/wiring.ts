@@ -208,6 +208,8 @@ export async function buildParts({
     account,
     insertTimeoutMs: config.webhook.ackTimeoutMs,
     transactionTimeoutMs,
+    // The worker writes the same file: the acknowledgement waits for it off the event loop.
+    lockWaitOffLoop: config.webhook.processing === 'worker',
   })
   const processor = new InboxProcessor({
     store: inbox,

@@ -171,8 +171,8 @@ export class InboxInserts {
   /**
    * The delivery ids one `INSERT ... ON CONFLICT DO NOTHING RETURNING` stored. The conflict
    * target is the unique key, `(account, delivery_id)`: every row here is of this account,
-   * so a returned id is one of its own. On SQLite, while another process holds the file's
-   * write lock (a worker's batch), the statement waits for it off the event loop
+   * so a returned id is one of its own. On SQLite in worker mode (`lockWaitOffLoop`), while
+   * the worker holds the file's write lock, the statement waits for it off the event loop
    * (`writingWithoutBlocking`), until the insert's bound (`expired`).
    */
   async #insertReturning(
@@ -191,9 +191,10 @@ export class InboxInserts {
       if (connection) query.connection(connection)
       return this.#statementTimeout(query) as unknown as Promise<Array<{ delivery_id: string }>>
     }
-    const inserted = isSqlite(client)
-      ? await writingWithoutBlocking(client, insert, { signal: expired })
-      : await insert()
+    const inserted =
+      this.context.options.lockWaitOffLoop && isSqlite(client)
+        ? await writingWithoutBlocking(client, insert, { signal: expired })
+        : await insert()
     return new Set(inserted.map((row) => row.delivery_id))
   }
 

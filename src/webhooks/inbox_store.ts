@@ -52,6 +52,11 @@ export class InboxStore {
     return this.#context.account
   }
 
+  /** Whether its insert waits for another process's SQLite lock off the event loop. */
+  get waitsForLocksOffLoop(): boolean {
+    return this.#context.options.lockWaitOffLoop === true
+  }
+
   /**
    * Persists a delivery; a Svc-Delivery-Id seen before is reported as a duplicate. It
    * resolves only once the row is committed. Deliveries arriving together share one

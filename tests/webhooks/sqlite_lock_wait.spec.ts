@@ -4,6 +4,8 @@ import { test } from '@japa/runner'
 import { tableNames } from '../../src/database/schema.ts'
 import { InboxStore } from '../../src/webhooks/inbox_store.ts'
 import { writingWithoutBlocking } from '../../src/database/sqlite_lock_wait.ts'
+import { partsOf } from '../../src/service/payouts_service.ts'
+import { serveHostApp } from '../helpers/host_app.ts'
 import { connectionConfig, setupDatabase, sqlitePath, TEST_DB } from '../helpers/database.ts'
 import { inboxDelivery as delivery } from '../helpers/inbox.ts'
 
@@ -20,7 +22,7 @@ async function lockedInbox(
   cleanup: Cleanup,
   name: string,
   busyTimeoutMs: number,
-  options: { insertTimeoutMs?: number; journal?: 'wal' | 'delete' } = {}
+  options: { insertTimeoutMs?: number; journal?: 'wal' | 'delete'; lockWaitOffLoop?: boolean } = {}
 ) {
   const filename = sqlitePath(`${name}-${process.pid}.sqlite`)
   const remove = () => {
@@ -68,7 +70,10 @@ async function lockedInbox(
     db,
     other: other!,
     table,
-    store: new InboxStore(db, table, undefined, { insertTimeoutMs: options.insertTimeoutMs }),
+    store: new InboxStore(db, table, undefined, {
+      insertTimeoutMs: options.insertTimeoutMs,
+      lockWaitOffLoop: options.lockWaitOffLoop ?? true,
+    }),
     /** How many times a write of the app's connection was refused as locked so far. */
     refusals: () => locked,
   }
@@ -246,6 +251,50 @@ test.group(
       assert.isAbove(ran, 10, `the event loop turned while it waited (${ran} timer runs)`)
       const rows = await db.connection().from(table).count('* as n')
       assert.equal(Number(rows[0].n), 1)
+    }).skip(NOT_SQLITE, 'SQLite only')
+
+    test('inline mode, alone on its file, inserts as before; worker mode waits off the event loop', async ({
+      assert,
+      cleanup,
+    }) => {
+      const { db, store, refusals } = await lockedInbox(cleanup, 'lockwait_inline', 5000, {
+        lockWaitOffLoop: false,
+      })
+      const statements: string[] = []
+      db.connection()
+        .getWriteClient()
+        .on('query', (query: { sql: string }) => void statements.push(query.sql))
+      assert.equal(await store.insert(delivery('d-inline')), 'stored')
+      assert.equal(refusals(), 0)
+      assert.deepEqual(
+        statements.map((sql) => sql.split(' ')[0].toLowerCase()),
+        ['insert'],
+        'one autocommitted insert, no lock asked for first'
+      )
+      assert.isFalse(store.waitsForLocksOffLoop)
+
+      // The wiring: worker mode turns it on, inline mode (the default) leaves it off.
+      for (const processing of ['worker', 'inline'] as const) {
+        const prefix = `l${processing[0]}${Math.random().toString(36).slice(2, 7)}_`
+        const host = await serveHostApp({
+          root: new URL('../tmp/', import.meta.url),
+          connection: connectionConfig(`lockwait_${processing}`),
+          tablePrefix: prefix,
+          payouts: {
+            apiKey: `sk_test_${'C'.repeat(43)}`,
+            baseUrl: 'http://127.0.0.1:9',
+            webhook: { secret: `whsec_${'c'.repeat(32)}`, processing },
+            jobs: { enabled: false },
+            ledger: { tablePrefix: prefix },
+          },
+        })
+        try {
+          const { inbox } = await partsOf(host.payouts)
+          assert.equal(inbox.waitsForLocksOffLoop, processing === 'worker', processing)
+        } finally {
+          await host.close()
+        }
+      }
     }).skip(NOT_SQLITE, 'SQLite only')
 
     test('another SQLite driver, or a transaction, runs the write as it is, once', async ({
