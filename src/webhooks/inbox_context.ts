@@ -55,7 +55,7 @@ export interface InboxStoreOptions {
    * SQLite with better-sqlite3: another process writes the same file (worker mode, where
    * `payouts:work` applies the inbox), so the insert waits for that process's write lock off
    * the event loop (`writingWithoutBlocking`) instead of in SQLite's busy handler. It costs
-   * three PRAGMA statements and a transaction of its own per insert batch (about 10 µs of CPU
+   * three PRAGMA statements and a transaction of its own per insert batch (10-25 µs of CPU
    * per delivery in a batch of 16), so a process that is alone on its file (inline mode) does
    * not pay it. Default false.
    */
