@@ -89,16 +89,21 @@ function commitIn(other: { exec(sql: string): unknown }, ms: number) {
   )
 }
 
-/** Counts the event loop's turns from now: how often a 5 ms timer fired. */
-function turnsCounter() {
+/**
+ * Awaits `insert`, counting the event loop's turns meanwhile (how often a 5 ms timer fired):
+ * its outcome or its error, when it ended, how long it took, and the turns.
+ */
+async function whileCounting<T>(insert: Promise<T>) {
   let turns = 0
   const timer = setInterval(() => turns++, 5)
-  return {
-    stop: () => {
-      clearInterval(timer)
-      return turns
-    },
-  }
+  const startedAt = performance.now()
+  const settled = await insert.then(
+    (outcome) => ({ outcome, error: null }),
+    (error: { code?: string }) => ({ outcome: null, error })
+  )
+  clearInterval(timer)
+  const endedAt = performance.now()
+  return { ...settled, endedAt, tookMs: endedAt - startedAt, turns }
 }
 
 /** The lock waits are SQLite's; PostgreSQL and MySQL skip them. */
@@ -116,16 +121,14 @@ test.group(
       // Freed by a timer of this process: a write that waited on the event loop would hold
       // the timer back, and the lock with it, until its busy timeout (5 s) failed it.
       const freed = commitIn(other, 300)
-      const turns = turnsCounter()
-      const startedAt = performance.now()
-      const outcome = await store.insert(delivery('d-behind-lock'))
-      const storedAt = performance.now()
-      const ran = turns.stop()
+      const { outcome, endedAt, tookMs, turns } = await whileCounting(
+        store.insert(delivery('d-behind-lock'))
+      )
 
       assert.equal(outcome, 'stored')
-      assert.isAtLeast(storedAt, await freed, 'stored after the lock was freed')
-      assert.isAbove(ran, 10, `the event loop turned while it waited (${ran} timer runs)`)
-      assert.isBelow(storedAt - startedAt, 5000)
+      assert.isAtLeast(endedAt, await freed, 'stored after the lock was freed')
+      assert.isAbove(turns, 10, `the event loop turned while it waited (${turns} timer runs)`)
+      assert.isBelow(tookMs, 5000)
       const rows = await db.connection().from(table).count('* as n')
       assert.equal(Number(rows[0].n), 1)
     }).skip(NOT_SQLITE, 'SQLite only')
@@ -136,19 +139,12 @@ test.group(
     }) => {
       const { db, other, store } = await lockedInbox(cleanup, 'lockwait_timeout', 200)
       other.exec('BEGIN IMMEDIATE')
-      const turns = turnsCounter()
-      const startedAt = performance.now()
-      const error = await store.insert(delivery('d-timed-out')).then(
-        () => null,
-        (failed: { code?: string }) => failed
-      )
-      const failedAfter = performance.now() - startedAt
-      const ran = turns.stop()
+      const { error, tookMs, turns } = await whileCounting(store.insert(delivery('d-timed-out')))
       other.exec('COMMIT')
 
       assert.match(String(error?.code), /^SQLITE_BUSY/)
-      assert.isAtLeast(failedAfter, 200)
-      assert.isAbove(ran, 10, `the event loop turned while it waited (${ran} timer runs)`)
+      assert.isAtLeast(tookMs, 200)
+      assert.isAbove(turns, 10, `the event loop turned while it waited (${turns} timer runs)`)
       // The app's other statements on that connection still wait as it was configured.
       const [setting] = (await db.connection().rawQuery('PRAGMA busy_timeout')) as Array<
         Record<string, number>
@@ -242,13 +238,12 @@ test.group(
       other.exec('BEGIN')
       other.prepare(`select count(*) from "${table}"`).get()
       const freed = commitIn(other, 300)
-      const turns = turnsCounter()
-      const outcome = await store.insert(delivery('d-behind-reader'))
-      const storedAt = performance.now()
-      const ran = turns.stop()
+      const { outcome, endedAt, turns } = await whileCounting(
+        store.insert(delivery('d-behind-reader'))
+      )
       assert.equal(outcome, 'stored')
-      assert.isAtLeast(storedAt, await freed, 'committed after the reader ended')
-      assert.isAbove(ran, 10, `the event loop turned while it waited (${ran} timer runs)`)
+      assert.isAtLeast(endedAt, await freed, 'committed after the reader ended')
+      assert.isAbove(turns, 10, `the event loop turned while it waited (${turns} timer runs)`)
       const rows = await db.connection().from(table).count('* as n')
       assert.equal(Number(rows[0].n), 1)
     }).skip(NOT_SQLITE, 'SQLite only')
