@@ -30,6 +30,9 @@ const LISTENING_POLL_MS = 1000
 const STATEMENT_MS = 5000
 /** How long `stop()` waits for the read in hand; that read then ends on its own, sending nothing. */
 const STOP_MS = 2000
+/** The log rows of a read before its pace is known, and the fewest a read takes. */
+const FIRST_READ_ROWS = 32
+const MIN_READ_ROWS = 16
 
 /** What the relay needs: the database, its account, where to broadcast, its interval, bounds. */
 export interface BroadcastRelayOptions {
@@ -57,6 +60,15 @@ export interface BroadcastRelayOptions {
    * started after it still missed it.
    */
   gapWaitMs: number
+  /**
+   * About how long one read may take, from its first statement to its last broadcast: the
+   * rows of the next read are sized from the pace of the last one. Default 5 ms. On SQLite
+   * the statements run on the event loop (better-sqlite3 is synchronous), and everywhere
+   * making the payouts into models is: a read of 500 changes held the web process's event
+   * loop for 40-70 ms, its acknowledgements waiting behind it. A backlog is read in such
+   * reads, the event loop free between them.
+   */
+  readSliceMs?: number
   /** Tests: runs after the log was read, before the payouts of its changes are. */
   afterRead?: () => Promise<void>
 }
@@ -96,6 +108,10 @@ export class BroadcastRelay {
   #listener?: CommitListener
   /** A notice came during a read: another read follows it at once. */
   #woken = false
+  /** The log rows the next read takes (see `readSliceMs`). */
+  #readRows = FIRST_READ_ROWS
+  /** Whether the last read took as many rows as it asked for: the next one follows at once. */
+  #full = false
 
   constructor(options: BroadcastRelayOptions) {
     this.#options = options
@@ -202,7 +218,7 @@ export class BroadcastRelay {
     if (this.#stopped) return
     const { intervalMs } = this.#options
     const poll = this.listening ? Math.max(intervalMs, LISTENING_POLL_MS) : intervalMs
-    this.#schedule(read >= BATCH ? 0 : poll)
+    this.#schedule(read > 0 && this.#full ? 0 : poll)
   }
 
   #client(): QueryClientContract {
@@ -222,16 +238,18 @@ export class BroadcastRelay {
     const cursor = this.#cursor
     if (cursor.frontier === null) return this.#begin()
     const client = this.#client()
-    const fresh = await this.#reads.after(client, cursor.frontier)
+    const startedAt = performance.now()
+    const limit = this.#readRows
+    const fresh = await this.#reads.after(client, cursor.frontier, limit)
     const seenAt = Date.now()
-    // The gaps as they were before this read: each is read back below, from `startedAt` on.
-    const startedAt = Date.now()
+    // The gaps as they were before this read: each is read back below, from `gapsReadAt` on.
+    const gapsReadAt = Date.now()
     const filled = await this.#reads.inGaps(client, cursor.gaps)
     const step = cursor.step({
       fresh: fresh.map((row) => row.id),
       seenAt,
       found: filled.map((row) => row.id),
-      startedAt,
+      startedAt: gapsReadAt,
     })
     if (step.expired.length > 0) debug('relay: %d gaps given up', step.expired.length)
     // Rows of one payout commit in id order (its row is locked): id order keeps its order.
@@ -243,7 +261,24 @@ export class BroadcastRelay {
     const loaded = relevant.length === 0 ? null : await this.#reads.load(this.#client(), relevant)
     cursor.commit(step)
     if (loaded && !this.#stopped) this.#broadcast(loaded)
+    this.#full = fresh.length >= limit
+    this.#pace(fresh.length, limit, performance.now() - startedAt)
     return fresh.length
+  }
+
+  /**
+   * Sizes the next read from this one (see `readSliceMs`): fewer rows when it took longer than
+   * the slice, at most twice as many when a full read took less, between `MIN_READ_ROWS` and
+   * `BATCH`. The time is the read's wall time, waits for the database included: on
+   * PostgreSQL and MySQL a read may be smaller than it needs to be, never longer.
+   */
+  #pace(rows: number, limit: number, ms: number) {
+    const sliceMs = this.#options.readSliceMs ?? 5
+    if (ms > sliceMs) {
+      this.#readRows = Math.max(MIN_READ_ROWS, Math.floor((rows * sliceMs) / ms))
+    } else if (rows >= limit) {
+      this.#readRows = Math.min(BATCH, limit * 2)
+    }
   }
 
   /** The frontier at the newest change, and the gaps among the newest ids still open. */

@@ -6,7 +6,7 @@ import type { PayoutPosition } from '../ledger/state_machine.ts'
 import { Payout, PayoutEvent } from '../models/main.ts'
 import type { Gap } from './relay_cursor.ts'
 
-/** Log rows read per statement; a full read is followed by the next one at once. */
+/** Ids per statement of a read's loads; the most log rows one read takes (see `ReadPace`). */
 export const BATCH = 500
 /** Gap ranges per statement: every gap is read back on each tick, in as many statements. */
 const GAPS_PER_READ = 50
@@ -111,14 +111,14 @@ export class RelayReads {
     return newest.map((row) => row.id).reverse()
   }
 
-  /** The rows after `frontier`, in id order (at most `BATCH`). */
-  async after(client: QueryClientContract, frontier: number): Promise<LogRow[]> {
+  /** The rows after `frontier`, in id order (at most `limit`). */
+  async after(client: QueryClientContract, frontier: number, limit: number): Promise<LogRow[]> {
     return this.#bounded(
       PayoutEvent.query({ client })
         .select(LOG_COLUMNS)
         .where('id', '>', frontier)
         .orderBy('id', 'asc')
-        .limit(BATCH)
+        .limit(limit)
     )
   }
 

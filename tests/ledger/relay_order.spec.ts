@@ -185,7 +185,8 @@ test.group(`Relay | commit order (${TEST_DB})`, () => {
     // 60 single-id holes (rolled-back batches of interleaving workers), observations of
     // `busy` that changed nothing between them.
     for (let i = 1; i <= 60; i++) await logRow(frontier + 2 * i, busy, false)
-    await relay.readOnce()
+    // As many reads as the rows take (a read takes 32 rows at first).
+    while ((await relay.readOnce()) > 0) {}
     assert.lengthOf(relay.pendingGaps(), 60)
     await logRow(frontier + 119, slow)
     await relay.readOnce()
@@ -380,5 +381,71 @@ test.group(`Relay | commit order (${TEST_DB})`, () => {
       assert.isTrue(stalled)
     }
     await release()
+  }).timeout(60_000)
+})
+
+/**
+ * A backlog is read in reads sized to `readSliceMs`, the event loop turning between them: a
+ * read of 500 changes held the web process's event loop for 40-70 ms on SQLite (its
+ * statements run on it, and making payouts into models runs on it everywhere), the
+ * acknowledgements waiting behind it.
+ */
+test.group(`Relay | a backlog read in slices (${TEST_DB})`, () => {
+  /** 200 changes committed at once, then the relay started: each read's rows and turns. */
+  async function backlogRead(cleanup: Parameters<typeof setupDatabase>[0], sliceMs: number) {
+    const { db } = await setupDatabase(cleanup, 'relay')
+    const ledger = new PayoutLedger(db)
+    const reads: Array<{ sent: number; turns: number }> = []
+    let turns = 0
+    const { relay, sent } = relayOn(db, {
+      intervalMs: 60_000,
+      readSliceMs: sliceMs,
+      afterRead: async () => void reads.push({ sent: sent.length, turns }),
+    })
+    await relay.readOnce()
+    const payoutIds = Array.from({ length: 200 }, () => randomUUID())
+    await ledger.applyBatch(payoutIds.map((payoutId) => ({ payoutId, ...created })))
+    const counting = setInterval(() => turns++, 0)
+    cleanup(() => clearInterval(counting))
+    relay.start()
+    cleanup(() => relay.stop())
+    await waitFor('the backlog sent', () => sent.length >= payoutIds.length, {
+      timeoutMs: 20_000,
+      everyMs: 5,
+    })
+    await relay.stop()
+    return { reads, sent: sent.map((event) => event.payoutId), payoutIds }
+  }
+
+  test('a fast read doubles the next: reads of 32, 64 and the rest, the loop turning between', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { reads, sent, payoutIds } = await backlogRead(cleanup, 1e9)
+    assert.sameMembers(sent, payoutIds)
+    assert.lengthOf(sent, payoutIds.length, 'each change once')
+    assert.deepEqual(
+      reads.map((read) => read.sent),
+      [0, 32, 96],
+      'what had gone out before each read: 32, then 64, then the last 104'
+    )
+    for (let i = 1; i < reads.length; i++) {
+      assert.isAbove(reads[i].turns, reads[i - 1].turns, `the event loop turned before read ${i}`)
+    }
+  }).timeout(60_000)
+
+  test('a read slower than readSliceMs shrinks the next, to 16 rows at the least', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { reads, sent, payoutIds } = await backlogRead(cleanup, 0.001)
+    assert.sameMembers(sent, payoutIds)
+    assert.lengthOf(sent, payoutIds.length, 'each change once')
+    // 32 first, then 16 per read: 168 / 16 = 10.5, eleven reads more.
+    assert.lengthOf(reads, 12)
+    assert.deepEqual(
+      reads.map((read) => read.sent),
+      [0, ...Array.from({ length: 11 }, (_, i) => 32 + 16 * i)]
+    )
   }).timeout(60_000)
 })
