@@ -109,8 +109,11 @@ export class InboxProcessor {
   /** The rows of the next slice of an inline drain (see `sliceMs`). */
   #sliceRows: number
   /**
-   * How long the last batch held the database: its transaction, not the telling of its
-   * changes after COMMIT (an app's listener awaiting its own I/O holds nothing).
+   * How long the last batch held the database: its transaction from the claim to COMMIT, not
+   * the wait for a connection or for SQLite's write lock before the claim (counted, a batch
+   * that waited for the web process's inserts sized the next to a row, and the worker
+   * drained 60-100 rows/s), nor the telling of its changes after COMMIT (an app's listener
+   * awaiting its own I/O holds nothing).
    */
   #heldMs = 0
   /** Acknowledgements in flight in this process, and the slices waiting for them to end. */
@@ -308,11 +311,14 @@ export class InboxProcessor {
     if (!applier.applyBatch || !store.claimsInTransaction) return GO_ROW_BY_ROW
     let notified: Promise<void> | undefined
     let outcome: { rows: InboxRow[]; verdicts: InboxVerdict[] } | null
-    const startedAt = performance.now()
+    let startedAt = performance.now()
     try {
-      outcome = await store.processDueInTransaction(this.#options.now(), size, (trx, rows) =>
+      outcome = await store.processDueInTransaction(this.#options.now(), size, (trx, rows) => {
+        // The rows are claimed: the transaction holds the database from here. The time it
+        // waited for it (the pool, SQLite's write lock) is not the batch's own.
+        startedAt = performance.now()
         // Traced once rows are claimed: a poll that finds nothing makes no trace.
-        traced(
+        return traced(
           channels.inboxBatch,
           () => ({
             path: 'transaction' as const,
@@ -337,7 +343,7 @@ export class InboxProcessor {
             return verdicts
           }
         )
-      )
+      })
     } catch (error) {
       // A stalled database fails the drain; row by row would only stall again.
       if (isDeadlineError(error)) throw error

@@ -700,4 +700,36 @@ test.group(`Webhooks | inline drains go in slices (${TEST_DB})`, () => {
       400
     )
   })
+
+  test("a batch's time is counted from its claim: a wait for the database before it does not shrink the next", async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db, table, store } = await freshInbox(cleanup)
+    for (let i = 0; i < 30; i++) await store.insert(delivery(`held-${i}`))
+    const { processor, sizes } = slowProcessor(store, { batchSize: 20 })
+    // The worker's batches on SQLite: sized to a budget from the last batch's pace.
+    processor.budgetBatches(50)
+    // The database held for 300 ms: SQLite's one connection in an open transaction (as the
+    // web process's insert holds it), the inbox table locked elsewhere.
+    const trx = await db.transaction()
+    if (TEST_DB === 'pg') await trx.rawQuery(`LOCK TABLE "${table}" IN ACCESS EXCLUSIVE MODE`)
+    if (TEST_DB === 'mysql') await trx.rawQuery(`LOCK TABLES \`${table}\` WRITE`)
+    const released = new Promise<void>((resolve) =>
+      setTimeout(async () => {
+        if (TEST_DB === 'mysql') await trx.rawQuery('UNLOCK TABLES')
+        await trx.commit()
+        resolve()
+      }, 300)
+    )
+    const startedAt = performance.now()
+    assert.equal(await processor.drain({ maxBatches: 1 }), 20)
+    await released
+    assert.isAbove(performance.now() - startedAt, 290, 'the batch waited for the database')
+    assert.isBelow(processor.lastBatchMs, 200, 'the wait is not the batch hold')
+    // 20 rows at 1 ms each fit the 50 ms budget: the next batch takes the other 10, not the
+    // 3 that a hold of 300 ms would have left it.
+    assert.equal(await processor.drain({ maxBatches: 1 }), 10)
+    assert.deepEqual(sizes, [20, 10])
+  })
 })
