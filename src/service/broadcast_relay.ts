@@ -3,6 +3,7 @@ import type { Database } from '@adonisjs/lucid/database'
 import type { QueryClientContract } from '@adonisjs/lucid/types/database'
 import { CommitListener, isPostgres } from '../database/change_notices.ts'
 import { withDeadline } from '../time_bounds.ts'
+import { isSqlite } from '../database/dialects.ts'
 import { withStatementTimeout } from '../database/deadline.ts'
 import debug from '../debug.ts'
 import { replayChange } from '../ledger/change_replay.ts'
@@ -62,11 +63,13 @@ export interface BroadcastRelayOptions {
   gapWaitMs: number
   /**
    * About how long one read may take, from its first statement to its last broadcast: the
-   * rows of the next read are sized from the pace of the last one. Default 5 ms. On SQLite
-   * the statements run on the event loop (better-sqlite3 is synchronous), and everywhere
-   * making the payouts into models is: a read of 500 changes held the web process's event
-   * loop for 40-70 ms, its acknowledgements waiting behind it. A backlog is read in such
-   * reads, the event loop free between them.
+   * rows of the next read are sized from the pace of the last one, and a backlog is read in
+   * such reads, the event loop free between them. Default 5 ms on SQLite, whose statements
+   * run on the event loop (better-sqlite3 is synchronous): a read of 500 changes held the
+   * web process's event loop, and its acknowledgements, for 40-70 ms. 0 (the default
+   * elsewhere) reads 500 at a time: there a read waits for its statements with the event
+   * loop free, and sized by its time it shrank under load to a few rows per read, three
+   * statements each.
    */
   readSliceMs?: number
   /** Tests: runs after the log was read, before the payouts of its changes are. */
@@ -109,7 +112,8 @@ export class BroadcastRelay {
   /** A notice came during a read: another read follows it at once. */
   #woken = false
   /** The log rows the next read takes (see `readSliceMs`). */
-  #readRows = FIRST_READ_ROWS
+  #readRows: number
+  #readSliceMs: number
   /** Whether the last read took as many rows as it asked for: the next one follows at once. */
   #full = false
 
@@ -121,6 +125,8 @@ export class BroadcastRelay {
       bounded: (query) => this.#bounded(query),
       known: (key) => this.#relayed.get(key),
     })
+    this.#readSliceMs = options.readSliceMs ?? (isSqlite(this.#client()) ? 5 : 0)
+    this.#readRows = this.#readSliceMs > 0 ? FIRST_READ_ROWS : BATCH
     const { channel, logger } = options
     if (channel && isPostgres(this.#client())) {
       this.#listener = new CommitListener({
@@ -269,11 +275,12 @@ export class BroadcastRelay {
   /**
    * Sizes the next read from this one (see `readSliceMs`): fewer rows when it took longer than
    * the slice, at most twice as many when a full read took less, between `MIN_READ_ROWS` and
-   * `BATCH`. The time is the read's wall time, waits for the database included: on
-   * PostgreSQL and MySQL a read may be smaller than it needs to be, never longer.
+   * `BATCH`. The time is the read's wall time, which on SQLite is time the event loop is
+   * held (see `readSliceMs`).
    */
   #pace(rows: number, limit: number, ms: number) {
-    const sliceMs = this.#options.readSliceMs ?? 5
+    const sliceMs = this.#readSliceMs
+    if (sliceMs <= 0) return
     if (ms > sliceMs) {
       this.#readRows = Math.max(MIN_READ_ROWS, Math.floor((rows * sliceMs) / ms))
     } else if (rows >= limit) {

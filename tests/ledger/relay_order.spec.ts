@@ -392,7 +392,10 @@ test.group(`Relay | commit order (${TEST_DB})`, () => {
  */
 test.group(`Relay | a backlog read in slices (${TEST_DB})`, () => {
   /** 200 changes committed at once, then the relay started: each read's rows and turns. */
-  async function backlogRead(cleanup: Parameters<typeof setupDatabase>[0], sliceMs: number) {
+  async function backlogRead(
+    cleanup: Parameters<typeof setupDatabase>[0],
+    sliceMs: number | undefined
+  ) {
     const { db } = await setupDatabase(cleanup, 'relay')
     const ledger = new PayoutLedger(db)
     const reads: Array<{ sent: number; turns: number }> = []
@@ -406,7 +409,7 @@ test.group(`Relay | a backlog read in slices (${TEST_DB})`, () => {
     const payoutIds = Array.from({ length: 200 }, () => randomUUID())
     await ledger.applyBatch(payoutIds.map((payoutId) => ({ payoutId, ...created })))
     const counting = setInterval(() => turns++, 0)
-    cleanup(() => clearInterval(counting))
+    cleanup(async () => clearInterval(counting))
     relay.start()
     cleanup(() => relay.stop())
     await waitFor('the backlog sent', () => sent.length >= payoutIds.length, {
@@ -447,5 +450,20 @@ test.group(`Relay | a backlog read in slices (${TEST_DB})`, () => {
       reads.map((read) => read.sent),
       [0, ...Array.from({ length: 11 }, (_, i) => 32 + 16 * i)]
     )
+  }).timeout(60_000)
+
+  test('by default, SQLite reads in slices of 5 ms; PostgreSQL and MySQL 500 at a time', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { reads, sent, payoutIds } = await backlogRead(cleanup, undefined)
+    assert.sameMembers(sent, payoutIds)
+    assert.lengthOf(sent, payoutIds.length, 'each change once')
+    if (TEST_DB === 'sqlite') {
+      assert.isAbove(reads.length, 1, 'more than one read')
+      assert.equal(reads[1].sent, 32, 'the first read took 32 rows')
+    } else {
+      assert.lengthOf(reads, 1, 'one read: its statements leave the event loop free')
+    }
   }).timeout(60_000)
 })
