@@ -268,7 +268,8 @@ export class BroadcastRelay {
     cursor.commit(step)
     if (loaded && !this.#stopped) this.#broadcast(loaded)
     this.#full = fresh.length >= limit
-    this.#pace(fresh.length, limit, performance.now() - startedAt)
+    // A read that found nothing says nothing of the pace of a backlog.
+    if (fresh.length > 0) this.#pace(fresh.length, limit, performance.now() - startedAt)
     return fresh.length
   }
 

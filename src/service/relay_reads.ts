@@ -6,7 +6,10 @@ import type { PayoutPosition } from '../ledger/state_machine.ts'
 import { Payout, PayoutEvent } from '../models/main.ts'
 import type { Gap } from './relay_cursor.ts'
 
-/** Ids per statement of a read's loads; the most log rows one read takes (see `ReadPace`). */
+/**
+ * Ids per statement of a read's loads, and the most log rows one read takes (see the relay's
+ * `readSliceMs`).
+ */
 export const BATCH = 500
 /** Gap ranges per statement: every gap is read back on each tick, in as many statements. */
 const GAPS_PER_READ = 50

@@ -466,4 +466,34 @@ test.group(`Relay | a backlog read in slices (${TEST_DB})`, () => {
       assert.lengthOf(reads, 1, 'one read: its statements leave the event loop free')
     }
   }).timeout(60_000)
+
+  test('a read that finds nothing leaves the next read as large as it was', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'relay')
+    const ledger = new PayoutLedger(db)
+    let slowRead = false
+    const { relay, sent } = relayOn(db, {
+      readSliceMs: 200,
+      // Inside the read's time: an empty read that takes longer than the slice.
+      afterRead: async () => {
+        if (slowRead) await sleep(250)
+      },
+    })
+    await relay.readOnce()
+    const commit = (count: number) =>
+      ledger.applyBatch(
+        Array.from({ length: count }, () => ({ payoutId: randomUUID(), ...created }))
+      )
+    await commit(100)
+    // Fast reads of 32 and 64 rows: the next may take 128.
+    while ((await relay.readOnce()) > 0) {}
+    assert.lengthOf(sent, 100)
+    slowRead = true
+    assert.equal(await relay.readOnce(), 0)
+    slowRead = false
+    await commit(100)
+    assert.equal(await relay.readOnce(), 100, 'one read took the 100 rows, not 16')
+  }).timeout(60_000)
 })
