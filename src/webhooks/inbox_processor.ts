@@ -109,11 +109,12 @@ export class InboxProcessor {
   /** The rows of the next slice of an inline drain (see `sliceMs`). */
   #sliceRows: number
   /**
-   * How long the last batch held the database: its transaction from the claim to COMMIT, not
-   * the wait for a connection or for SQLite's write lock before the claim (counted, a batch
-   * that waited for the web process's inserts sized the next to a row, and the worker
-   * drained 60-100 rows/s), nor the telling of its changes after COMMIT (an app's listener
-   * awaiting its own I/O holds nothing).
+   * How long the last batch held the database: on the one-transaction path, from its rows
+   * being claimed to COMMIT (the claim's own statements left out), not the wait for a
+   * connection or for SQLite's write lock before the claim (counted, a batch that waited
+   * for the web process's inserts sized the next to a row, and the worker drained 60-100
+   * rows/s); row by row, the whole batch. Never the telling of its changes after COMMIT (an
+   * app's listener awaiting its own I/O holds nothing).
    */
   #heldMs = 0
   /** Acknowledgements in flight in this process, and the slices waiting for them to end. */
