@@ -269,7 +269,9 @@ export class BroadcastRelay {
     if (loaded && !this.#stopped) this.#broadcast(loaded)
     this.#full = fresh.length >= limit
     // A read that found nothing says nothing of the pace of a backlog.
-    if (fresh.length > 0) this.#pace(fresh.length, limit, performance.now() - startedAt)
+    if (fresh.length > 0) {
+      this.#pace(fresh.length, relevant.length, limit, performance.now() - startedAt)
+    }
     return fresh.length
   }
 
@@ -277,14 +279,17 @@ export class BroadcastRelay {
    * Sizes the next read from this one (see `readSliceMs`): fewer rows when it took longer than
    * the slice, at most twice as many when a full read took less, between `MIN_READ_ROWS` and
    * `BATCH`. The time is the read's wall time, which on SQLite is time the event loop is
-   * held (see `readSliceMs`).
+   * held (see `readSliceMs`). Only a read whose rows were mostly changes to send (`sent`:
+   * loaded and broadcast) grows the next: a stretch of rows that cost little (another
+   * account's, observations that changed nothing) would grow it to 500, and the changes
+   * after that stretch would be read 500 at once.
    */
-  #pace(rows: number, limit: number, ms: number) {
+  #pace(rows: number, sent: number, limit: number, ms: number) {
     const sliceMs = this.#readSliceMs
     if (sliceMs <= 0) return
     if (ms > sliceMs) {
       this.#readRows = Math.max(MIN_READ_ROWS, Math.floor((rows * sliceMs) / ms))
-    } else if (rows >= limit) {
+    } else if (rows >= limit && sent * 2 >= limit) {
       this.#readRows = Math.min(BATCH, limit * 2)
     }
   }

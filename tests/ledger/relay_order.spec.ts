@@ -496,4 +496,38 @@ test.group(`Relay | a backlog read in slices (${TEST_DB})`, () => {
     await commit(100)
     assert.equal(await relay.readOnce(), 100, 'one read took the 100 rows, not 16')
   }).timeout(60_000)
+
+  test('a stretch of rows that cost little does not grow the reads: the changes after it are not read 500 at once', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { db } = await setupDatabase(cleanup, 'relay')
+    const ledger = new PayoutLedger(db)
+    const { relay, sent } = relayOn(db, { readSliceMs: 1e9 })
+    const busy = randomUUID()
+    await ledger.apply({ payoutId: busy, ...created })
+    await relay.readOnce()
+    // 150 observations of one payout that changed nothing, then 100 changes to send.
+    await PayoutEvent.createMany(
+      Array.from({ length: 150 }, () => ({
+        payoutUuid: busy,
+        source: 'webhook' as const,
+        status: cleared.status,
+        step: cleared.step,
+        applied: false,
+        observedAt: DateTime.utc(),
+      }))
+    )
+    await ledger.applyBatch(
+      Array.from({ length: 100 }, () => ({ payoutId: randomUUID(), ...created }))
+    )
+    const reads: number[] = []
+    for (let read = await relay.readOnce(); read > 0; read = await relay.readOnce()) {
+      reads.push(read)
+    }
+    assert.lengthOf(sent, 100)
+    // 128 cheap rows in four reads, a read of 22 cheap rows and 10 changes, one of 32 changes
+    // (the first that grows the next), then the last 58.
+    assert.deepEqual(reads, [32, 32, 32, 32, 32, 32, 58])
+  }).timeout(60_000)
 })
