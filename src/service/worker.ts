@@ -12,7 +12,8 @@ import { safeError } from '../safe_error.ts'
  * `PayoutsWorker`). Each batch is followed by a pause about as long, so the drain runs at
  * most half its pace: at 20 ms a batch is 25-30 rows on a quiet machine (0.4-0.7 ms a row,
  * a few ms a transaction), about 600 rows/s, above a sustained 500 deliveries/s; an
- * acknowledgement behind it waits at most about 45 ms. 10 ms would drain under 500/s.
+ * acknowledgement behind it waits at most about 45 ms. 10 ms drained 375-800 rows/s under
+ * the bench's 500/s, and 6 ms 354-570: too close (docs/benchmarks.md, 2026-11-28).
  */
 const SQLITE_BATCH_MS = 20
 
@@ -94,11 +95,14 @@ export class PayoutsWorker {
     while (!this.#stopping) {
       let processed = 0
       let renotified = 0
-      /** How long the writes of this round held the database (SQLite's handover). */
+      /**
+       * How long the writes of this round took, their waits for the lock included (SQLite's
+       * handover: a writer waiting in the busy handler may have waited that long).
+       */
       let heldMs = 0
       try {
         processed = await service.drainInbox({ maxBatches: 1 })
-        if (processed > 0) heldMs = this.#sqlite?.lastBatchMs ?? 0
+        if (processed > 0) heldMs = this.#sqlite?.lastBatchSpanMs ?? 0
         const renotifying = performance.now()
         renotified = await service.renotify()
         if (renotified > 0) heldMs += performance.now() - renotifying

@@ -117,6 +117,8 @@ export class InboxProcessor {
    * app's listener awaiting its own I/O holds nothing).
    */
   #heldMs = 0
+  /** How long the last batch took, its waits for a connection and for the lock included. */
+  #spanMs = 0
   /** Acknowledgements in flight in this process, and the slices waiting for them to end. */
   #acknowledging = 0
   /** Acknowledgements begun since an inline drain last sized its next slice. */
@@ -155,6 +157,16 @@ export class InboxProcessor {
   /** How long the last batch held the database (its transaction), ms. */
   get lastBatchMs(): number {
     return this.#heldMs
+  }
+
+  /**
+   * How long the last batch took, ms: its hold (`lastBatchMs`) and, before it, its waits for
+   * a connection and for SQLite's write lock. The worker leaves the lock free after a batch
+   * for about this long (`sqliteHandoverMs`): a writer waiting in SQLite's busy handler may
+   * have waited that long, and polls about as rarely.
+   */
+  get lastBatchSpanMs(): number {
+    return this.#spanMs
   }
 
   /** Starts a drain unless one is running; a kick during a drain runs one more pass. */
@@ -312,7 +324,8 @@ export class InboxProcessor {
     if (!applier.applyBatch || !store.claimsInTransaction) return GO_ROW_BY_ROW
     let notified: Promise<void> | undefined
     let outcome: { rows: InboxRow[]; verdicts: InboxVerdict[] } | null
-    let startedAt = performance.now()
+    const calledAt = performance.now()
+    let startedAt = calledAt
     try {
       outcome = await store.processDueInTransaction(this.#options.now(), size, (trx, rows) => {
         // The rows are claimed: the transaction holds the database from here. The time it
@@ -352,6 +365,7 @@ export class InboxProcessor {
       return GO_ROW_BY_ROW
     }
     this.#heldMs = performance.now() - startedAt
+    this.#spanMs = performance.now() - calledAt
     if (!outcome) return 0
     debug('inbox: %d deliveries processed in one transaction', outcome.rows.length)
     for (const [index, verdict] of outcome.verdicts.entries()) {
@@ -396,6 +410,7 @@ export class InboxProcessor {
       }
     )
     this.#heldMs = performance.now() - startedAt
+    this.#spanMs = this.#heldMs
     return handled
   }
 

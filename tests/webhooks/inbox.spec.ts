@@ -727,6 +727,8 @@ test.group(`Webhooks | inline drains go in slices (${TEST_DB})`, () => {
     assert.isAbove(performance.now() - startedAt, 290, 'the batch waited for the database')
     await released
     assert.isBelow(processor.lastBatchMs, 200, 'the wait is not the batch hold')
+    // The worker's handover follows the span: a writer in the busy handler waited as long.
+    assert.isAbove(processor.lastBatchSpanMs, 290, "the batch's span, its wait included")
     // 20 rows at 1 ms each fit the 50 ms budget: the next batch takes the other 10, not the
     // 3 that a hold of 300 ms would have left it.
     assert.equal(await processor.drain({ maxBatches: 1 }), 10)
