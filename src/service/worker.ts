@@ -99,13 +99,13 @@ export class PayoutsWorker {
        * How long the writes of this round took, their waits for the lock included (SQLite's
        * handover: a writer waiting in the busy handler may have waited that long).
        */
-      let heldMs = 0
+      let tookMs = 0
       try {
         processed = await service.drainInbox({ maxBatches: 1 })
-        if (processed > 0) heldMs = this.#sqlite?.lastBatchSpanMs ?? 0
+        if (processed > 0) tookMs = this.#sqlite?.lastBatchSpanMs ?? 0
         const renotifying = performance.now()
         renotified = await service.renotify()
-        if (renotified > 0) heldMs += performance.now() - renotifying
+        if (renotified > 0) tookMs += performance.now() - renotifying
       } catch (error) {
         logger.error({ err: safeError(error) }, 'payouts worker batch failed')
       }
@@ -114,7 +114,7 @@ export class PayoutsWorker {
       if (processed > 0 || renotified > 0) {
         logger.info({ processed, renotified }, 'payouts worker batch')
         // The web process's insert that waited meanwhile gets the lock (see the class).
-        if (this.#sqlite && !this.#stopping) await sleep(sqliteHandoverMs(heldMs))
+        if (this.#sqlite && !this.#stopping) await sleep(sqliteHandoverMs(tookMs))
       }
       if (processed === 0 && !this.#stopping) await this.#pause()
     }
