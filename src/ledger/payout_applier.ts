@@ -12,6 +12,7 @@ import {
 import { TURN_MS, turnsFor, type Turns } from '../database/turns.ts'
 import Payout from '../models/payout.ts'
 import PayoutEvent from '../models/payout_event.ts'
+import { hydrateRow } from '../models/row_hydration.ts'
 import { confirmDetectedDeposits } from './escrow_detection.ts'
 import { saveLockedPayouts } from './saved_rows.ts'
 import { insertPendingPayouts, metadataDueOf, snapshotOf } from './payout_rows.ts'
@@ -312,8 +313,9 @@ export class PayoutApplier {
           if (others.length > 0) where.orWhereIn('read_id', others)
         })
         .orderBy('id', 'asc')
-      // Read as plain rows and made models here, taking turns: Lucid makes a whole result's
-      // models at once, 100 payouts' in one stretch.
+      // Read as plain rows and made models here (`hydrateRow`: Lucid's model, made without
+      // its Proxy per column), taking turns: Lucid makes a whole result's models at once,
+      // 100 payouts' in one stretch.
       const plain = await (locksRows(trx) ? query.forUpdate() : query).pojo<
         Record<string, unknown>
       >()
@@ -321,7 +323,7 @@ export class PayoutApplier {
       for (const raw of plain) {
         const turn = turns.next()
         if (turn) await turn
-        found.push(Payout.$createFromAdapterResult(raw, undefined, { client: trx })!)
+        found.push(hydrateRow(Payout, raw, trx))
       }
       // Each id's first row in id order, as a search of the list would find it: indexed
       // once, not searched per id (a batch of 100 read each model's columns 10,000 times).

@@ -3,6 +3,7 @@ import { DateTime } from 'luxon'
 import { isMysql, isPostgres, isSqlite } from '../database/dialects.ts'
 import Payout from '../models/payout.ts'
 import { Turns } from '../database/turns.ts'
+import { dirtyAttributes, hydrateOriginals } from '../models/row_hydration.ts'
 
 /**
  * Saves payout rows the caller's transaction has locked (`SELECT ... FOR UPDATE`, or held by
@@ -19,14 +20,15 @@ export async function saveLockedPayouts(
   turns: Turns = new Turns(0)
 ): Promise<void> {
   const all = [...rows]
-  // Each row's changed attributes, read once: Lucid compares every column to compute them.
+  // Each row's changed attributes, read once: Lucid compares every column to compute them
+  // (its own comparison, without the model's Proxy: `dirtyAttributes`).
   const changed = new Set<string>()
   const dirty: Payout[] = []
   for (const row of all) {
     const turn = turns.next()
     if (turn) await turn
     row.useTransaction(trx)
-    const names = Object.keys(row.$dirty)
+    const names = dirtyAttributes(row)
     if (names.length === 0) continue
     dirty.push(row)
     for (const name of names) changed.add(name)
@@ -68,7 +70,7 @@ export async function saveLockedPayouts(
     else if (isSqlite(trx)) await updateFromUnion(trx, names, chunk)
     else for (const row of dirty.slice(start, start + ROWS_PER_STATEMENT)) await row.save()
   }
-  for (const row of dirty) row.$hydrateOriginals()
+  for (const row of dirty) hydrateOriginals(row)
 }
 
 /**
