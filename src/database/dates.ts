@@ -90,6 +90,8 @@ function utcFromSqlString(value: string): DateTime | null {
   if (month < 1 || month > 12 || day < 1 || day > daysIn(year, month)) return null
   if (hour > 23 || minute > 59 || second > 59) return null
   const millis = parts[7] === undefined ? 0 : Math.floor(Number.parseFloat(`0.${parts[7]}`) * 1000)
+  // A fraction of 17 nines and more reads as 1 000 ms, which Luxon refuses.
+  if (millis > 999) return null
   const time = Date.UTC(year, month - 1, day, hour, minute, second, millis)
   return DateTime.fromMillis(time, { zone: 'utc' })
 }

@@ -37,7 +37,9 @@ function planOf(model: LucidModel): Map<string, ColumnPlan> {
 /**
  * A copy of a value as Lucid's originals keep it (lodash `merge` into `{}`): plain objects
  * (a null prototype's too) and arrays copied deeply, a plain object's copy an ordinary
- * object, anything else (a DateTime) the same instance.
+ * object, anything else (a DateTime) the same instance. One difference, on purpose: an own
+ * `__proto__` key (JSON.parse makes one from a payload) is kept, where lodash drops it and
+ * Lucid then calls the column changed at every load and writes the same JSON again.
  */
 function original(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(original)

@@ -128,6 +128,7 @@ test.group('fromDbDate', () => {
       '2100-02-29 12:00:00',
       '2000-02-29 23:59:59.999',
       '2026-11-28 02:00:00.1234567',
+      '2024-01-01 12:00:00.99999999999999999',
       '0999-12-31 23:59:59',
       '2026-11-28T02:00:00.000+00:00',
       '2026-11-28 02:00:00 +05:30',
@@ -137,6 +138,7 @@ test.group('fromDbDate', () => {
       sameRead(fromDbDate(client, value), luxonRead(value), value, assert)
     }
     assert.isFalse(fromDbDate(client, '2100-02-29 12:00:00')!.isValid)
+    assert.isFalse(fromDbDate(client, '2024-01-01 12:00:00.99999999999999999')!.isValid)
     assert.equal(fromDbDate(client, '2024-02-29 12:00:00')!.toISO(), '2024-02-29T12:00:00.000Z')
   })
 })

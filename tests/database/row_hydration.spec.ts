@@ -50,6 +50,12 @@ async function seed(prefix: string) {
   return { bare, full }
 }
 
+/** The suite's database with the two payouts of `seed`, and its connection. */
+async function seeded(cleanup: (fn: () => Promise<void>) => void) {
+  const { db, prefix } = await setupDatabase(cleanup, 'row-hydration')
+  return { db, client: db.connection(), ...(await seed(prefix)) }
+}
+
 async function rowsOf(client: QueryClientContract, extra = false) {
   // As the applier reads them: the model's query, as plain rows.
   const query = Payout.query({ client }).select('*').orderBy('id', 'asc')
@@ -62,8 +68,7 @@ test.group(`Row hydration (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'row-hydration')
-    await seed(prefix)
+    const { db } = await seeded(cleanup)
     const trx = await db.connection().transaction()
     cleanup(() => trx.rollback())
     const rows = await rowsOf(trx)
@@ -91,9 +96,7 @@ test.group(`Row hydration (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'row-hydration')
-    const { full } = await seed(prefix)
-    const client = db.connection()
+    const { client, full } = await seeded(cleanup)
     const raw = (await rowsOf(client)).find((row) => row.payout_uuid === full)!
     const fast = hydrateRow(Payout, raw, client)
     const lucid = Payout.$createFromAdapterResult(raw, undefined, { client })!
@@ -114,22 +117,40 @@ test.group(`Row hydration (${TEST_DB})`, () => {
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'row-hydration')
-    await seed(prefix)
-    const client = db.connection()
+    const { client } = await seeded(cleanup)
     const [raw] = await rowsOf(client, true)
     const fast = hydrateRow(Payout, raw, client)
     assert.equal(Number(fast.$extras.extra_column), 1)
     assert.deepEqual(fast.$dirty, {})
   })
 
+  test('a JSON key named __proto__ stays a key of the originals: the row is not changed by being read', async ({
+    assert,
+    cleanup,
+  }) => {
+    const { client, bare } = await seeded(cleanup)
+    // As a payload would carry it, deep in a JSON column (JSON.parse makes it an own key).
+    const fees = JSON.parse('{"extra":{"__proto__":{"polluted":true}},"total":"1"}')
+    await Payout.query({ client })
+      .where('payoutUuid', bare)
+      .update({ fees: JSON.stringify(fees) })
+    const raw = (await rowsOf(client)).find((row) => row.payout_uuid === bare)!
+    const fast = hydrateRow(Payout, raw, client)
+    assert.deepEqual(dirtyAttributes(fast), [])
+    assert.deepEqual(JSON.parse(JSON.stringify(fast.$original.fees)), fees)
+    // Never the copy's prototype, nor anybody's.
+    assert.isUndefined((fast.$original.fees as any).extra.polluted)
+    assert.isUndefined(({} as any).polluted)
+    hydrateOriginals(fast)
+    assert.deepEqual(dirtyAttributes(fast), [])
+    assert.isUndefined((fast.$original.fees as any).extra.polluted)
+  })
+
   test('dirtyAttributes and hydrateOriginals agree with $dirty and $hydrateOriginals after any changes', async ({
     assert,
     cleanup,
   }) => {
-    const { db, prefix } = await setupDatabase(cleanup, 'row-hydration')
-    await seed(prefix)
-    const client = db.connection()
+    const { client } = await seeded(cleanup)
     const rows = await rowsOf(client)
     const at = DateTime.utc(2026, 11, 28, 1, 2, 5)
     /** Each change a batch makes to a row, and the ones that only look like changes. */
