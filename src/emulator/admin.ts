@@ -207,9 +207,18 @@ export class EmulatorAdmin {
     return this.webhooks.view(replay)
   }
 
-  /** Cuts every WebSocket connection (reconnect tests). */
-  dropWebSockets() {
+  /**
+   * Cuts every WebSocket connection (reconnect tests). `refuseNew`: new connections are
+   * refused too, until `acceptWebSockets()`, so a test decides when nobody listens.
+   */
+  dropWebSockets(options: { refuseNew?: boolean } = {}) {
+    if (options.refuseNew) this.sockets.refuseNew()
     this.sockets.dropAll()
+  }
+
+  /** Accepts WebSocket connections again after `dropWebSockets({ refuseNew: true })`. */
+  acceptWebSockets() {
+    this.sockets.acceptNew()
   }
 
   /** Sockets authenticated with a still-valid key. */
@@ -277,7 +286,10 @@ export class EmulatorAdmin {
         case '/webhooks/replay':
           return ok(this.replayDelivery(body.id), 202)
         case '/websockets/drop':
-          this.dropWebSockets()
+          this.dropWebSockets({ refuseNew: body?.refuseNew === true })
+          return ok()
+        case '/websockets/accept':
+          this.acceptWebSockets()
           return ok()
         default:
           return null

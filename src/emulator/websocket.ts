@@ -23,6 +23,8 @@ interface Client {
 export class EventSocketServer {
   #wss = new WebSocketServer({ noServer: true })
   #clients = new Map<WebSocket, Client>()
+  /** New connections are refused (`refuseNew`), until `acceptNew()`. */
+  #refusing = false
 
   constructor(
     private state: EmulatorState,
@@ -34,7 +36,7 @@ export class EventSocketServer {
   /** Handles an HTTP upgrade on /ws or /api/ws; other paths are refused. */
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer) {
     const path = new URL(req.url ?? '/', 'http://emulator').pathname
-    if (path !== '/ws' && path !== '/api/ws') {
+    if ((path !== '/ws' && path !== '/api/ws') || this.#refusing) {
       socket.destroy()
       return
     }
@@ -104,6 +106,15 @@ export class EventSocketServer {
   /** Cuts every connection (reconnect tests). */
   dropAll() {
     for (const socket of this.#clients.keys()) socket.terminate()
+  }
+
+  /** Refuses new connections until `acceptNew()` (a test's window with nobody listening). */
+  refuseNew() {
+    this.#refusing = true
+  }
+
+  acceptNew() {
+    this.#refusing = false
   }
 
   get authenticatedCount() {

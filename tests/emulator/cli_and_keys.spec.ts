@@ -110,6 +110,40 @@ test.group('Emulator | Key revocation reaches open sockets', () => {
   })
 })
 
+test.group('Emulator | Dropping sockets (reconnect tests)', () => {
+  test('refuseNew: sockets are cut and new ones refused until accepted again, over HTTP too', async ({
+    assert,
+    cleanup,
+  }) => {
+    const emu = await startEmulator(cleanup)
+    const first = await authenticatedSocket(cleanup, emu, emu.apiKey)
+    const dropped = await api(emu, 'POST', '/__emulator/websockets/drop', {
+      key: null,
+      body: { refuseNew: true },
+    })
+    assert.equal(dropped.status, 200)
+    await waitFor(() => first.closed !== null)
+    // Refused: the upgrade is cut, the socket never opens.
+    const refused = new WebSocket(emu.wsUrl)
+    cleanup(async () => refused.close())
+    const outcome = await new Promise<string>((resolve) => {
+      refused.addEventListener('open', () => resolve('open'))
+      refused.addEventListener('close', () => resolve('closed'))
+    })
+    assert.equal(outcome, 'closed')
+    assert.equal(emu.admin.authenticatedSockets, 0)
+    const accepted = await api(emu, 'POST', '/__emulator/websockets/accept', { key: null })
+    assert.equal(accepted.status, 200)
+    const again = await authenticatedSocket(cleanup, emu, emu.apiKey)
+    assert.deepEqual(again.messages[0], { type: 'auth.ok' })
+    assert.equal(emu.admin.authenticatedSockets, 1)
+    // Without refuseNew a drop lets the next socket in at once.
+    emu.admin.dropWebSockets()
+    const next = await authenticatedSocket(cleanup, emu, emu.apiKey)
+    assert.deepEqual(next.messages[0], { type: 'auth.ok' })
+  })
+})
+
 test.group('Emulator | Command line', () => {
   test('--help prints the usage of every flag and exits 0', async ({ assert }) => {
     const { code, stdout, stderr } = await runCli(['--help'])

@@ -50,9 +50,12 @@ test.group(`Stream | WebSocket source (${TEST_DB})`, () => {
       'payout.created and the first status update came over the socket'
     )
 
-    // Cut the socket, let the payout complete while nobody listens, then reconnect.
-    emu.admin.dropWebSockets()
+    // Cut the socket, let the payout complete while nobody listens, then reconnect. New
+    // connections are refused meanwhile: on a loaded machine the advance took longer than
+    // the 50 ms reconnect, and the completion came over the new socket instead.
+    emu.admin.dropWebSockets({ refuseNew: true })
     await emu.admin.advance(20_000)
+    emu.admin.acceptWebSockets()
     await until(async () => emu.admin.authenticatedSockets === 1)
     await until(
       async () => (await Payout.findByOrFail('payoutUuid', result.payoutId)).status === 'completed'
