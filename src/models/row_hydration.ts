@@ -8,7 +8,8 @@ import { BaseModel } from '@adonisjs/lucid/orm'
  * `$createFromAdapterResult` sets each column through the Proxy (two traps a column) and
  * copies the originals with a deep merge, 62 µs a payout on this machine, and `$dirty`
  * reads both objects through it again (13 µs). The result is the same model: same
- * attributes and originals, persisted, bound to the client's transaction.
+ * attributes and originals (but for an own `__proto__` key of a JSON column, see
+ * `original`), persisted, bound to the client's transaction.
  */
 
 /** What a model's columns need here, computed once per model class. */
