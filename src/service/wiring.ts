@@ -107,6 +107,7 @@ export async function buildParts({
     { EscrowDeposits },
     { CommitNotices, changesChannel, isPostgres },
     { isSqlite },
+    { cacheSqliteStatements },
   ] = await Promise.all([
     import('../models/main.ts'),
     import('../database/schema.ts'),
@@ -124,6 +125,7 @@ export async function buildParts({
     import('../ledger/escrow_deposits.ts'),
     import('../database/change_notices.ts'),
     import('../database/dialects.ts'),
+    import('../database/statement_cache.ts'),
   ])
   const { logger } = deps
   const { tablePrefix, connection, transactionTimeoutMs } = config.ledger
@@ -223,6 +225,8 @@ export async function buildParts({
     // connection, and its event loop while a statement runs.
     sliceMs: config.webhook.inlineSliceMs ?? (isSqlite(db.connection(connection)) ? 5 : 0),
   })
+  // better-sqlite3: statements kept and run again instead of prepared for every query.
+  cacheSqliteStatements(db.connection(connection), config.ledger.sqliteStatementCache)
   // SQLite in WAL mode: the log checkpointed from a thread, never inside a commit here.
   const { checkpointsFor } = await import('../database/sqlite_checkpointer.ts')
   const release = await checkpointsFor(
