@@ -47,12 +47,21 @@ export interface StatementCacheStats {
   misses: number
 }
 
-/** The knex configs whose queries keep their statements: a client's and its transactions'. */
-const caching = new WeakMap<object, StatementCacheStats>()
+/**
+ * The knex configs whose queries keep their statements (a client's and its transactions'),
+ * one registry per process, where the patched `_query` reads it: a second copy of this module
+ * (two versions of the plugin in one app) registers into the same one.
+ */
+const REGISTRY = Symbol.for('@svc/adonis-payouts/statement-cache')
+const caching: WeakMap<object, StatementCacheStats> = ((globalThis as Record<symbol, unknown>)[
+  REGISTRY
+] ??= new WeakMap()) as WeakMap<object, StatementCacheStats>
 /** Each connection's view: the connection, with a `prepare` that keeps what it prepares. */
 const views = new WeakMap<RawSqlite, RawSqlite>()
-/** Marks a knex client class whose `_query` looks for its config in `caching`. */
-const PATCHED = Symbol.for('@svc/adonis-payouts/statement-cache')
+/** Marks a knex client class whose `_query` looks for its config in the registry. */
+const PATCHED = Symbol.for('@svc/adonis-payouts/statement-cache/patched')
+/** knex names each savepoint apart (`SAVEPOINT trx3;`): used once, never kept. */
+const SAVEPOINT = /^(savepoint|release savepoint|rollback to savepoint) /i
 
 /** Whether `options` (a query's `.options()`) sets `safeIntegers`, which knex sets on the statement. */
 function setsSafeIntegers(options: unknown): boolean {
@@ -123,7 +132,7 @@ function viewOf(connection: RawSqlite, stats: StatementCacheStats): RawSqlite {
   if (view) return view
   const kept = new Map<string, unknown>()
   const prepare = (sql: string) => {
-    if (sql.length > MAX_CACHED_SQL_LENGTH) return connection.prepare(sql)
+    if (sql.length > MAX_CACHED_SQL_LENGTH || SAVEPOINT.test(sql)) return connection.prepare(sql)
     const statement = kept.get(sql)
     if (statement !== undefined) {
       stats.hits++

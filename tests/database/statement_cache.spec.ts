@@ -164,6 +164,41 @@ if (TEST_DB === 'sqlite') {
       assert.deepEqual(await client.rawQuery('select 1 as one'), [{ one: 1 }])
     })
 
+    test('a savepoint (knex names each apart) is prepared, never kept', async ({
+      assert,
+      cleanup,
+    }) => {
+      const { db, client } = await notes(cleanup, 'stmt_savepoint')
+      cacheSqliteStatements(client, 10)
+      const nested = () =>
+        db.transaction(async (trx) => {
+          const inner = await trx.transaction()
+          await inner.table('notes').insert({ text: 'nested' })
+          await inner.commit()
+        })
+      await nested()
+      const counts = await counted(client, nested)
+      // BEGIN, INSERT and COMMIT kept; SAVEPOINT and RELEASE SAVEPOINT neither kept nor counted.
+      assert.deepEqual(counts, { hits: 3, misses: 0 })
+      assert.equal(Number((await client.from('notes').count('* as n'))[0].n), 5)
+    })
+
+    test('a second copy of this module (two versions of the plugin) registers where the first copy reads', async ({
+      assert,
+      cleanup,
+    }) => {
+      const { client } = await notes(cleanup, 'stmt_copies')
+      // The first copy has patched knex's class already (the other tests, the wiring).
+      cacheSqliteStatements((await notes(cleanup, 'stmt_copies_first')).client, 10)
+      const copy = (await import(
+        `../../src/database/statement_cache.ts?copy=${Math.random()}`
+      )) as typeof import('../../src/database/statement_cache.ts')
+      const stats = copy.cacheSqliteStatements(client, 10)!
+      await client.rawQuery('select 2 as two')
+      await client.rawQuery('select 2 as two')
+      assert.deepEqual({ hits: stats.hits, misses: stats.misses }, { hits: 1, misses: 1 })
+    })
+
     test('0 keeps none; a second call keeps the first size', async ({ assert, cleanup }) => {
       const { client } = await notes(cleanup, 'stmt_off')
       assert.isNull(cacheSqliteStatements(client, 0))
