@@ -105,7 +105,12 @@ async function main() {
   }
   if (heapProfile) {
     await session.post('HeapProfiler.enable')
-    await session.post('HeapProfiler.startSampling', { samplingInterval: 4096 })
+    // Every allocation sampled, the ones collected since included: where the young generation fills from.
+    await session.post('HeapProfiler.startSampling', {
+      samplingInterval: 4096,
+      includeObjectsCollectedByMajorGC: true,
+      includeObjectsCollectedByMinorGC: true,
+    })
   }
   const cpu = process.cpuUsage()
   const run = await load(bench.url, seconds)
